@@ -1,0 +1,676 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017) for transformers.
+
+Reads top to bottom like Figure 1 of the paper: embeddings and positional encoding (§3.4, §3.5),
+scaled dot-product and multi-head attention (§3.2), the position-wise feed-forward network (§3.3),
+the residual + LayerNorm wrapper (§3.1, §5.4), encoder and decoder layers and stacks (§3.1), and the
+generating head with the pre-softmax projection and the label-smoothed loss (§3.4, §5.4).
+
+This file travels to the Hub as custom code: it imports only torch, transformers and the configuration
+next to it (relative import), so `trust_remote_code=True` loads it where this package is not installed.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_annotated_transformer import AnnotatedTransformerConfig
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs are the targets shifted right by one, starting with `decoder_start_token_id` (§3.1)."""
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError("`pad_token_id` and `decoder_start_token_id` must be set to build decoder inputs from labels.")
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.4 Embeddings and §3.5 Positional Encoding
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_positional_encoding(num_positions: int, d_model: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)
+    inverse_frequency = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    encoding = torch.zeros(num_positions, d_model, dtype=torch.float64)
+    encoding[:, 0::2] = torch.sin(position * inverse_frequency)
+    encoding[:, 1::2] = torch.cos(position * inverse_frequency)[:, : d_model // 2]
+    return encoding.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """§3.5 fixed sinusoids, precomputed up to `max_position_embeddings`. A non-persistent buffer: not a weight, not
+    saved; `_init_weights` rebuilds it because `from_pretrained` materialises buffers uninitialised."""
+
+    def __init__(self, config: AnnotatedTransformerConfig):
+        super().__init__()
+        self.register_buffer(
+            "encoding",
+            sinusoidal_positional_encoding(config.max_position_embeddings, config.d_model),
+            persistent=False,
+        )
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        if position_ids.numel() and int(position_ids.max()) >= self.encoding.shape[0]:
+            raise ValueError(
+                f"Sequence position {int(position_ids.max())} is beyond `max_position_embeddings` "
+                f"({self.encoding.shape[0]}): truncate the input or build the model with a larger "
+                f"`max_position_embeddings`."
+            )
+        return self.encoding[position_ids]
+
+
+class TransformerEmbeddings(nn.Module):
+    """§3.4 + §3.5 + §5.4: token embedding * sqrt(d_model) + positional encoding, then dropout."""
+
+    def __init__(self, config: AnnotatedTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids=None, inputs_embeds=None, past_length: int = 0) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds * self.embed_scale
+        position_ids = torch.arange(past_length, past_length + inputs_embeds.shape[1], device=inputs_embeds.device)
+        return self.dropout(inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.2 Attention
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+):
+    """§3.2.1 scaled dot-product attention: softmax(Q K^T / sqrt(d_k)) V. The mask is additive and filled with the
+    dtype's minimum (from transformers' masking utilities), so half precision does not overflow and a fully
+    masked row gives a uniform distribution instead of NaN."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class AnnotatedTransformerAttention(nn.Module):
+    """§3.2.2 multi-head attention, one module used three ways (§3.2.3): encoder self-attention, causal decoder
+    self-attention whose keys/values grow in the cache one step at a time, and encoder-decoder attention whose
+    keys/values are computed once per source and reused from the cache."""
+
+    def __init__(self, config: AnnotatedTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None):
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        input_shape = hidden_states.shape[:-1]
+        query = self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)
+
+        cache, cross_attention_ready = None, False
+        if isinstance(past_key_values, EncoderDecoderCache):
+            cross_attention_ready = is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
+            cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+        elif past_key_values is not None:
+            cache = past_key_values
+
+        if cross_attention_ready:
+            key = cache.layers[self.layer_idx].keys
+            value = cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if is_cross_attention else hidden_states
+            kv_shape = (*source.shape[:-1], -1, self.head_dim)
+            key = self.k_proj(source).view(kv_shape).transpose(1, 2)
+            value = self.v_proj(source).view(kv_shape).transpose(1, 2)
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)
+                if is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = self.out_proj(output.reshape(*input_shape, -1).contiguous())
+        return output, weights
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network, §3.1/§5.4 residual connection + layer normalisation
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class PositionwiseFeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+    def __init__(self, config: AnnotatedTransformerConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(self.activation_fn(self.fc1(hidden_states))))
+
+
+class SublayerConnection(nn.Module):
+    """Residual connection around a sub-layer with dropout (§5.4) and LayerNorm, the one place where the
+    normalisation is placed: post-norm LayerNorm(x + Dropout(Sublayer(x))) as in the paper (§3.1), or pre-norm
+    x + Dropout(Sublayer(LayerNorm(x))) as in The Annotated Transformer (`config.norm_first`)."""
+
+    def __init__(self, config: AnnotatedTransformerConfig):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.norm_first:
+            return hidden_states + self.dropout(sublayer(self.layer_norm(hidden_states)))
+        return self.layer_norm(hidden_states + self.dropout(sublayer(hidden_states)))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder layers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class AnnotatedTransformerEncoderLayer(GradientCheckpointingLayer):
+    """§3.1: multi-head self-attention, then the feed-forward network, each wrapped in a SublayerConnection."""
+
+    def __init__(self, config: AnnotatedTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = AnnotatedTransformerAttention(config, config.encoder_attention_heads, False, layer_idx)
+        self.self_attn_sublayer = SublayerConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config, config.encoder_ffn_dim)
+        self.feed_forward_sublayer = SublayerConnection(config)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
+        hidden_states = self.self_attn_sublayer(
+            hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]
+        )
+        return self.feed_forward_sublayer(hidden_states, self.feed_forward)
+
+
+class AnnotatedTransformerDecoderLayer(GradientCheckpointingLayer):
+    """§3.1: masked (causal) self-attention, encoder-decoder attention over the encoder output, then the
+    feed-forward network, each wrapped in a SublayerConnection."""
+
+    def __init__(self, config: AnnotatedTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = AnnotatedTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
+        self.self_attn_sublayer = SublayerConnection(config)
+        self.encoder_attn = AnnotatedTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
+        self.encoder_attn_sublayer = SublayerConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config, config.decoder_ffn_dim)
+        self.feed_forward_sublayer = SublayerConnection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        hidden_states = self.self_attn_sublayer(
+            hidden_states,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0],
+        )
+        hidden_states = self.encoder_attn_sublayer(
+            hidden_states,
+            lambda x: self.encoder_attn(
+                x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values, **kwargs,
+            )[0],
+        )
+        return self.feed_forward_sublayer(hidden_states, self.feed_forward)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Initialisation and capabilities
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
+    config: AnnotatedTransformerConfig
+    config_class = AnnotatedTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["AnnotatedTransformerEncoderLayer", "AnnotatedTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # Saved as custom code (`register_for_auto_class`), the folder should also open with `AutoModel`, not only
+        # with the Auto class of the saved object, so both models go into `auto_map`.
+        if self._auto_class is not None:
+            module = self.__class__.__module__.split(".")[-1]
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                "AutoModel": f"{module}.AnnotatedTransformerModel",
+                "AutoModelForSeq2SeqLM": f"{module}.AnnotatedTransformerForConditionalGeneration",
+            }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """Xavier-uniform for every matrix, as the reference code does (`p.dim() > 1`); zero biases; unit LayerNorms.
+        Rebuilds the positional-encoding buffer, which `from_pretrained` leaves uninitialised."""
+        if isinstance(module, SinusoidalPositionalEncoding):
+            init.copy_(module.encoding, sinusoidal_positional_encoding(*module.encoding.shape))
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            if self.config.init_scheme == "xavier_uniform":
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder stacks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
+    """A stack of `encoder_layers` identical layers over the source embeddings (+ a final LayerNorm when pre-norm)."""
+
+    _can_record_outputs = {
+        "hidden_states": AnnotatedTransformerEncoderLayer,
+        "attentions": AnnotatedTransformerAttention,
+    }
+
+    def __init__(self, config: AnnotatedTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__(config)
+        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.layers = nn.ModuleList(
+            [AnnotatedTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
+        )
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.embed_tokens = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
+        hidden_states = self.embeddings(input_ids, inputs_embeds)
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
+    """A stack of `decoder_layers` identical layers; self-attention is causal so position i sees only positions < i
+    (§3.1), and its keys/values live in an `EncoderDecoderCache` during generation."""
+
+    _can_record_outputs = {
+        "hidden_states": AnnotatedTransformerDecoderLayer,
+        "attentions": OutputRecorder(AnnotatedTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(AnnotatedTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: AnnotatedTransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__(config)
+        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.layers = nn.ModuleList(
+            [AnnotatedTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.embed_tokens = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        past_key_values: Cache | None = None,
+        inputs_embeds=None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        # Positions continue from what the cache holds (transformers 5 has no cache_position).
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length)
+
+        batch_size, seq_length = hidden_states.shape[:2]
+        if attention_mask is None:
+            attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
+        self_attn_cache = (
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        causal_mask = create_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
+            past_key_values=self_attn_cache,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, so gradient checkpointing passes it through
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+        )
+
+
+class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
+    """The bare encoder-decoder (Figure 1 without the final Linear + Softmax); returns `Seq2SeqModelOutput`."""
+
+    def __init__(self, config: AnnotatedTransformerConfig):
+        super().__init__(config)
+        if config.tie_word_embeddings:
+            # §3.4: one weight matrix shared by the two embedding layers (and the pre-softmax projection).
+            self.shared = nn.Embedding(config.vocab_size, config.d_model)
+            source_embeddings = target_embeddings = self.shared
+            self._tied_weights_keys = {
+                "encoder.embeddings.embed_tokens.weight": "shared.weight",
+                "decoder.embeddings.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            source_embeddings = nn.Embedding(config.src_vocab_size, config.d_model)
+            target_embeddings = nn.Embedding(config.vocab_size, config.d_model)
+            self._tied_weights_keys = None
+        self.encoder = AnnotatedTransformerEncoder(config, source_embeddings)
+        self.decoder = AnnotatedTransformerDecoder(config, target_embeddings)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.config.tie_word_embeddings:
+            self.shared = value
+            self.decoder.set_input_embeddings(value)
+        self.encoder.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.4 Linear + Softmax, §5.4 label smoothing
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def label_smoothed_loss(
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, pad_token_id: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed loss over target tokens and the number of tokens it covers (labels -100 or padding are ignored).
+
+    With `epsilon == 0` this is the cross-entropy. Otherwise it is §5.4's label smoothing as The Annotated
+    Transformer computes it: the KL divergence KL(q || p) to a target distribution q with 1 - epsilon on the gold
+    token and epsilon spread evenly over the other tokens except padding (epsilon / (V - 2); the padding column of
+    q is 0). Written in closed form so q is never materialised:
+        KL = sum_v q_v log q_v - sum_v q_v log p_v.
+    """
+    logits = logits.float().reshape(-1, logits.size(-1))
+    labels = labels.reshape(-1)
+    keep = labels != -100
+    if pad_token_id is not None:
+        keep &= labels != pad_token_id
+    logits, labels = logits[keep], labels[keep]
+    num_tokens = keep.sum()
+    if epsilon == 0:
+        return F.cross_entropy(logits, labels, reduction="sum"), num_tokens
+    log_probs = F.log_softmax(logits, dim=-1)
+    vocab_size = logits.size(-1)
+    gold = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    others = log_probs.sum(-1) - gold
+    num_others = vocab_size - 1
+    if pad_token_id is not None:
+        others = others - log_probs[:, pad_token_id]
+        num_others -= 1
+    smooth = epsilon / num_others
+    # Constant entropy term sum_v q_v log q_v, so the loss is 0 when p == q (as nn.KLDivLoss reports it).
+    entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(smooth)
+    loss = entropy - (1 - epsilon) * gold - smooth * others
+    return loss.sum(), num_tokens
+
+
+class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTrainedModel, GenerationMixin):
+    """The full Figure 1: encoder-decoder, then the pre-softmax linear projection (tied to the embeddings, §3.4).
+    `forward(labels=...)` returns the (label-smoothed) loss; `generate()` does greedy, beam search and sampling."""
+
+    def __init__(self, config: AnnotatedTransformerConfig):
+        super().__init__(config)
+        self.model = AnnotatedTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            # Every target points at the root parameter: transformers does not resolve chains of ties.
+            self._tied_weights_keys = {
+                "lm_head.weight": "model.shared.weight",
+                "model.encoder.embeddings.embed_tokens.weight": "model.shared.weight",
+                "model.decoder.embeddings.embed_tokens.weight": "model.shared.weight",
+            }
+        else:
+            self._tied_weights_keys = None
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear):
+        self.lm_head = new_embeddings
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        if not self.config.tie_word_embeddings:
+            raise ValueError(
+                "`resize_token_embeddings` changes the shared vocabulary of a model with tied embeddings; this model "
+                "has separate source/target vocabularies (`tie_word_embeddings=False`): resize "
+                "`model.model.encoder.embeddings.embed_tokens` and the decoder/`lm_head` explicitly instead."
+            )
+        return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels: target token ids, -100 where no loss is wanted. When `decoder_input_ids` are not given they are
+            built by shifting `labels` right.
+        num_items_in_batch: passed by the Trainer: the number of target tokens in the whole (accumulated,
+            all-process) batch. The summed loss is divided by it, so gradient accumulation and multi-process
+            training give exactly the full-batch mean; without it the loss is the mean over this batch's tokens.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+
+        loss = None
+        if labels is not None:
+            loss_sum, num_tokens = label_smoothed_loss(
+                logits, labels.to(logits.device), self.config.label_smoothing, self.config.pad_token_id
+            )
+            denominator = num_items_in_batch if num_items_in_batch is not None else num_tokens.clamp(min=1)
+            if isinstance(denominator, torch.Tensor):
+                denominator = denominator.to(loss_sum.device)
+            loss = loss_sum / denominator
+
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "AnnotatedTransformerPreTrainedModel",
+    "AnnotatedTransformerModel",
+    "AnnotatedTransformerForConditionalGeneration",
+    "label_smoothed_loss",
+    "sinusoidal_positional_encoding",
+    "shift_tokens_right",
+]

@@ -1,0 +1,95 @@
+import pytest
+import torch
+from transformers.cache_utils import EncoderDecoderCache
+
+from model_helpers import VOCAB, padded_batch, tiny_model
+
+
+@pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
+def model(request):
+    return tiny_model(seed=3, norm_first=request.param)
+
+
+def test_greedy_with_cache_equals_without_cache(model):
+    input_ids, attention_mask = padded_batch()
+    with_cache = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=12, use_cache=True)
+    without = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=12, use_cache=False)
+    assert with_cache.shape[1] > 2
+    assert torch.equal(with_cache, without)
+
+
+def test_beam_search_with_cache_equals_without_cache(model):
+    input_ids, attention_mask = padded_batch()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=10, num_beams=4)
+    assert torch.equal(model.generate(input_ids, use_cache=True, **kwargs),
+                       model.generate(input_ids, use_cache=False, **kwargs))
+
+
+def test_cached_step_logits_equal_teacher_forced_logits(model):
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = torch.randint(4, VOCAB, (2, 6))
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+    cache, steps = None, []
+    for t in range(6):
+        out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
+                    decoder_input_ids=decoder_input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        steps.append(out.logits)
+    assert isinstance(cache, EncoderDecoderCache)
+    assert cache.get_seq_length() == 6  # self-attention keys/values grew one step at a time
+    assert cache.cross_attention_cache.layers[0].keys.shape[-2] == 7  # computed once over the source
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+def test_cross_attention_keys_are_computed_once(model):
+    input_ids, attention_mask = padded_batch()
+    calls = []
+    k_proj = model.model.decoder.layers[0].encoder_attn.k_proj
+    handle = k_proj.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        generated = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=6, min_new_tokens=6)
+    finally:
+        handle.remove()
+    assert generated.shape[1] == 7
+    assert len(calls) == 1
+
+
+def test_padded_batch_equals_each_sentence_alone(model):
+    input_ids, attention_mask = padded_batch()
+    for kwargs in (dict(), dict(num_beams=3)):
+        batch = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, **kwargs)
+        for row, length in enumerate((7, 4)):
+            alone = model.generate(input_ids[row : row + 1, :length], max_new_tokens=10, **kwargs)[0]
+            assert torch.equal(batch[row, : alone.shape[0]], alone)
+            assert torch.all(batch[row, alone.shape[0] :] == model.config.pad_token_id)
+
+
+def test_beam_search_returns_sorted_hypotheses(model):
+    input_ids, attention_mask = padded_batch()
+    out = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8, num_beams=4,
+                         num_return_sequences=3, length_penalty=0.6, no_repeat_ngram_size=2,
+                         output_scores=True, return_dict_in_generate=True)
+    assert out.sequences.shape[0] == 6
+    scores = out.sequences_scores.view(2, 3)
+    assert torch.all(scores[:, :-1] >= scores[:, 1:])
+    for sequence in out.sequences.tolist():
+        tokens = [t for t in sequence if t != model.config.pad_token_id]
+        bigrams = list(zip(tokens, tokens[1:]))
+        assert len(bigrams) == len(set(bigrams))  # no_repeat_ngram_size=2 holds
+
+
+def test_sampling_is_reproducible_and_respects_top_k(model):
+    input_ids, attention_mask = padded_batch()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=True, top_k=5, top_p=0.9,
+                  temperature=0.7)
+    torch.manual_seed(1)
+    first = model.generate(input_ids, **kwargs)
+    torch.manual_seed(1)
+    again = model.generate(input_ids, use_cache=False, **kwargs)
+    assert torch.equal(first, again)
+    # top_k=1 sampling is greedy decoding
+    greedy = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8)
+    torch.manual_seed(2)
+    top1 = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8, do_sample=True, top_k=1)
+    assert torch.equal(greedy, top1)

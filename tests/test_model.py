@@ -1,0 +1,256 @@
+import math
+
+import pytest
+import torch
+from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+
+from model_helpers import VOCAB, padded_batch, tiny_config, tiny_model
+from modeling import AnnotatedTransformerModel
+from modeling.modeling_annotated_transformer import (
+    SublayerConnection,
+    label_smoothed_loss,
+    shift_tokens_right,
+    sinusoidal_positional_encoding,
+)
+
+
+def test_output_types_shapes_and_dtypes():
+    model = tiny_model()
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = torch.randint(4, VOCAB, (2, 5))
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert isinstance(out, Seq2SeqLMOutput)
+    assert out.logits.shape == (2, 5, VOCAB) and out.logits.dtype == torch.float32
+    assert out.encoder_last_hidden_state.shape == (2, 7, 32)
+    base = AnnotatedTransformerModel(tiny_config())
+    bare = base(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert isinstance(bare, Seq2SeqModelOutput) and bare.last_hidden_state.shape == (2, 5, 32)
+    as_tuple = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, return_dict=False)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits)
+
+
+def test_positional_encoding_matches_the_formula():
+    d_model = 16
+    encoding = sinusoidal_positional_encoding(50, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert encoding[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert encoding[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_positional_encoding_is_a_buffer_not_a_weight():
+    model = tiny_model()
+    names = [name for name, _ in model.named_parameters()]
+    assert not any("embed_positions" in name for name in names)
+    assert not any("embed_positions" in key for key in model.state_dict())
+    expected = sinusoidal_positional_encoding(64, 32)
+    assert torch.equal(model.model.encoder.embeddings.embed_positions.encoding, expected)
+    assert torch.equal(model.model.decoder.embeddings.embed_positions.encoding, expected)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = tiny_model(dropout=0.0)
+    embeddings = model.model.encoder.embeddings
+    ids = torch.tensor([[5, 6, 7]])
+    expected = embeddings.embed_tokens(ids) * math.sqrt(32) + sinusoidal_positional_encoding(3, 32)
+    assert torch.allclose(embeddings(ids), expected, atol=1e-6)
+
+
+def test_post_norm_and_pre_norm_placement():
+    post, pre = tiny_model(norm_first=False), tiny_model(norm_first=True)
+    # Structure: pre-norm ends each stack with a LayerNorm; post-norm does not need one.
+    assert post.model.encoder.layer_norm is None and post.model.decoder.layer_norm is None
+    assert isinstance(pre.model.encoder.layer_norm, torch.nn.LayerNorm)
+    assert isinstance(pre.model.decoder.layer_norm, torch.nn.LayerNorm)
+    # Numerics, on one SublayerConnection with a known sub-layer.
+    x = torch.randn(2, 3, 32)
+    double = lambda h: 2 * h  # noqa: E731
+    post_block = SublayerConnection(tiny_config(norm_first=False)).eval()
+    pre_block = SublayerConnection(tiny_config(norm_first=True)).eval()
+    norm = torch.nn.functional.layer_norm
+    assert torch.allclose(post_block(x, double), norm(x + 2 * x, (32,), eps=1e-6), atol=1e-6)
+    assert torch.allclose(pre_block(x, double), x + 2 * norm(x, (32,), eps=1e-6), atol=1e-6)
+    # And the two models compute different functions from the same weights.
+    pre.load_state_dict(post.state_dict(), strict=False)
+    input_ids, attention_mask = padded_batch()
+    assert not torch.allclose(pre(input_ids=input_ids, decoder_input_ids=input_ids).logits,
+                              post(input_ids=input_ids, decoder_input_ids=input_ids).logits)
+
+
+def test_three_way_tying_shares_one_storage():
+    model = tiny_model()
+    shared = model.model.shared.weight
+    assert model.model.encoder.get_input_embeddings().weight is shared
+    assert model.model.decoder.get_input_embeddings().weight is shared
+    assert model.lm_head.weight is shared
+    assert model.get_input_embeddings().weight is shared and model.get_output_embeddings().weight is shared
+    with torch.no_grad():
+        shared[5, 0] = 123.0
+    assert model.lm_head.weight[5, 0].item() == 123.0
+    tied_params = sum(p.numel() for p in model.parameters())
+    untied_params = sum(p.numel() for p in tiny_model(tie_word_embeddings=False).parameters())
+    assert untied_params - tied_params == 2 * VOCAB * 32
+
+
+def test_untied_model_has_separate_vocabularies():
+    model = tiny_model(tie_word_embeddings=False, src_vocab_size=25)
+    encoder_embed = model.model.encoder.get_input_embeddings().weight
+    decoder_embed = model.model.decoder.get_input_embeddings().weight
+    assert encoder_embed.shape == (25, 32) and decoder_embed.shape == (VOCAB, 32)
+    assert model.lm_head.weight.shape == (VOCAB, 32)
+    assert len({encoder_embed.data_ptr(), decoder_embed.data_ptr(), model.lm_head.weight.data_ptr()}) == 3
+    out = model(input_ids=torch.randint(4, 25, (2, 6)), decoder_input_ids=torch.randint(4, VOCAB, (2, 3)))
+    assert out.logits.shape == (2, 3, VOCAB)
+    with pytest.raises(ValueError, match="separate source/target vocabularies"):
+        model.resize_token_embeddings(50)
+
+
+def test_resize_keeps_the_ties():
+    model = tiny_model()
+    model.resize_token_embeddings(48)
+    assert model.config.vocab_size == 48
+    shared = model.model.shared.weight
+    assert shared.shape == (48, 32)
+    assert model.lm_head.weight is shared
+    assert model.model.encoder.get_input_embeddings().weight is shared
+    assert model.model.decoder.get_input_embeddings().weight is shared
+    assert model(input_ids=torch.tensor([[47, 5]]), decoder_input_ids=torch.tensor([[1]])).logits.shape[-1] == 48
+
+
+def test_xavier_uniform_initialisation():
+    model = tiny_model(d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256)
+    weight = model.model.encoder.layers[0].feed_forward.fc1.weight  # (256, 64)
+    bound = math.sqrt(6 / (64 + 256))
+    assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound
+    assert torch.all(model.model.encoder.layers[0].feed_forward.fc1.bias == 0)
+
+
+def test_padding_in_the_source_changes_nothing():
+    model = tiny_model()
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = torch.randint(4, VOCAB, (2, 5))
+    before = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    changed = input_ids.clone()
+    changed[1, 4:] = torch.tensor([9, 10, 11])
+    after = model(input_ids=changed, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    assert torch.allclose(before, after, atol=1e-6)
+    # and the padded sentence alone, unpadded, gives the same result
+    alone = model(input_ids=input_ids[1:, :4], decoder_input_ids=decoder_input_ids[1:]).logits
+    assert torch.allclose(before[1:], alone, atol=1e-5)
+
+
+def test_future_tokens_do_not_affect_earlier_positions():
+    model = tiny_model()
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = torch.randint(4, VOCAB, (2, 6))
+    before = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    changed = decoder_input_ids.clone()
+    changed[:, 4:] = 7
+    after = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=changed).logits
+    assert torch.allclose(before[:, :4], after[:, :4], atol=1e-6)
+    assert not torch.allclose(before[:, 4:], after[:, 4:])
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_fully_padded_row_gives_no_nan(implementation):
+    model = tiny_model(attn_implementation=implementation)
+    input_ids, attention_mask = padded_batch()
+    attention_mask[1] = 0
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=torch.randint(4, VOCAB, (2, 4)))
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+
+
+def test_eager_mask_fill_is_the_dtype_minimum():
+    model = tiny_model(attn_implementation="eager")
+    input_ids, attention_mask = padded_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :3],
+                output_attentions=True)
+    # Padded source keys receive exactly zero attention, in the encoder and in cross-attention.
+    assert torch.all(out.encoder_attentions[0][1, :, :, 4:] == 0)
+    assert torch.all(out.cross_attentions[0][1, :, :, 4:] == 0)
+    # Future decoder positions too.
+    assert torch.all(torch.triu(out.decoder_attentions[0][0, 0], diagonal=1) == 0)
+    half = tiny_model(attn_implementation="eager").to(torch.bfloat16)
+    logits = half(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :3]).logits
+    assert torch.isfinite(logits.float()).all()
+
+
+def test_eager_and_sdpa_agree():
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = torch.randint(4, VOCAB, (2, 5))
+    for norm_first in (False, True):
+        eager = tiny_model(norm_first=norm_first, attn_implementation="eager")
+        sdpa = tiny_model(norm_first=norm_first, attn_implementation="sdpa")
+        assert sdpa.config._attn_implementation == "sdpa"
+        a = eager(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        b = sdpa(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        assert (a - b).abs().max() < 1e-5
+
+
+def test_attentions_and_hidden_states_are_returned():
+    model = tiny_model(attn_implementation="eager")
+    input_ids, attention_mask = padded_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :5],
+                output_attentions=True, output_hidden_states=True)
+    assert len(out.encoder_attentions) == 2 and out.encoder_attentions[0].shape == (2, 4, 7, 7)
+    assert len(out.decoder_attentions) == 2 and out.decoder_attentions[0].shape == (2, 4, 5, 5)
+    assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 5, 7)
+    assert len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 3
+    assert torch.allclose(out.encoder_attentions[0].sum(-1), torch.ones(2, 4, 7), atol=1e-5)
+
+
+def test_over_long_input_is_refused_clearly():
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r"beyond `max_position_embeddings` \(64\)"):
+        model(input_ids=torch.randint(4, VOCAB, (1, 65)), decoder_input_ids=torch.tensor([[1]]))
+
+
+def test_loss_equals_direct_cross_entropy_and_labels_are_shifted():
+    model = tiny_model()
+    input_ids, attention_mask = padded_batch()
+    labels = torch.randint(4, VOCAB, (2, 5))
+    labels[1, 3:] = -100
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    decoder_input_ids = shift_tokens_right(labels, pad_token_id=0, decoder_start_token_id=1)
+    assert decoder_input_ids[0, 0] == 1 and torch.equal(decoder_input_ids[0, 1:], labels[0, :-1])
+    assert decoder_input_ids[1, 4] == 0  # -100 became padding
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+    assert torch.allclose(out.loss, expected, atol=1e-6)
+    # num_items_in_batch: the summed loss divided by the tokens of the whole accumulated batch
+    total = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=20).loss
+    assert torch.allclose(total, expected * 8 / 20, atol=1e-6)
+
+
+def test_label_smoothing_matches_the_kl_formula():
+    torch.manual_seed(0)
+    logits, epsilon, pad = torch.randn(6, 10), 0.1, 0
+    labels = torch.tensor([3, 4, 5, 0, -100, 9])
+    loss, count = label_smoothed_loss(logits, labels, epsilon, pad)
+    log_p = logits.log_softmax(-1)
+    total = 0.0
+    for row, gold in enumerate(labels.tolist()):
+        if gold in (-100, pad):
+            continue
+        q = torch.full((10,), epsilon / 8)
+        q[pad] = 0
+        q[gold] = 1 - epsilon
+        total += sum(q[v] * (math.log(q[v]) - log_p[row, v]) for v in range(10) if q[v] > 0)
+    assert count.item() == 4
+    assert loss.item() == pytest.approx(float(total), rel=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    input_ids, attention_mask = padded_batch()
+    labels = torch.randint(4, VOCAB, (2, 5))
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model(dropout=0.0).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert model.model.encoder.layers[0].gradient_checkpointing
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        grads.append(model.model.encoder.layers[0].self_attn.q_proj.weight.grad.clone())
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
