@@ -254,3 +254,13 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         loss.backward()
         grads.append(model.model.encoder.layers[0].self_attn.q_proj.weight.grad.clone())
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_set_input_embeddings_repoints_every_tied_use():
+    model = tiny_model()
+    new = torch.nn.Embedding(VOCAB, 32)
+    model.set_input_embeddings(new)
+    assert model.get_input_embeddings() is new
+    assert model.model.encoder.get_input_embeddings() is new and model.model.decoder.get_input_embeddings() is new
+    model.tie_weights()
+    assert model.lm_head.weight is new.weight
