@@ -1,0 +1,503 @@
+"""Parallel corpora as a `datasets.DatasetDict` with two string columns, `source` and `target`.
+
+`load_parallel_corpus(data, source_lang, target_lang)` takes:
+
+- `None`, "copy" or "reverse": a synthetic task generated from a seed, no files needed (`synthetic_task_dataset`).
+  The copy task is The Annotated Transformer's first example.
+- a directory of line-aligned text files `{split}.{lang}` or `{split}.{lang}.gz` (Multi30k, IWSLT/WMT dumps),
+  one sentence per line, line N of one language the translation of line N of the other;
+- `{split}.tsv` / `{split}.jsonl` files (`.gz` allowed) in a directory, or one such file (the train split);
+- a folder written by `DatasetDict.save_to_disk`;
+- anything else goes to `datasets.load_dataset(data, dataset_config)`: a Hub name ("wmt14", "de-en"), or a local
+  folder of csv/json/parquet files, with a `translation` column of {language: text} (wmt14 and iwslt2017 style) or
+  two named text columns.
+
+Split names become `train`, `validation` (from val, valid, dev, ...) and `test` (also from the one `test*` split
+when there is exactly one, such as Multi30k's `test_2016_flickr`). Other splits keep their names.
+
+The loaders return the pairs exactly as stored. `filter_pairs` then removes empty and over-long pairs and reports
+how many it removed per split; nothing is dropped without a count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, Features, Translation, Value, load_dataset, load_from_disk
+
+from .tokenization import read_lines
+
+logger = logging.getLogger(__name__)
+
+SYNTHETIC_TASKS = ("copy", "reverse")
+PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
+_SPLIT_ALIASES = {
+    "train": "train",
+    "training": "train",
+    "validation": "validation",
+    "valid": "validation",
+    "val": "validation",
+    "dev": "validation",
+    "development": "validation",
+    "test": "test",
+    "testing": "test",
+}
+_SPLIT_ORDER = ("train", "validation", "test")
+# `{split}.{suffix}` files whose suffix is a file format, not a language.
+_NOT_LANGUAGES = {"tsv", "jsonl", "json", "csv", "parquet", "arrow", "txt", "md", "py", "yaml", "yml", "zip", "tar"}
+_TEXT_PAIR_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<lang>[^.]+?)(?P<gz>\.gz)?$")
+_TABLE_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<format>tsv|jsonl)(?P<gz>\.gz)?$")
+_DEFAULT_COLUMN_PAIRS = (("source", "target"), ("src", "tgt"))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Synthetic tasks
+
+
+def synthetic_task_dataset(
+    task: str = "copy",
+    num_train: int = 2000,
+    num_validation: int = 200,
+    num_test: int = 200,
+    *,
+    seed: int = 0,
+    symbols: int = 10,
+    min_length: int = 1,
+    max_length: int = 10,
+) -> DatasetDict:
+    """Sequences of space-separated symbols ("7 3 9 2 5") drawn from `range(symbols)`, with lengths uniform in
+    [min_length, max_length]; the target is the source itself (`copy`) or reversed (`reverse`).
+
+    Deterministic from `seed`. Each split has its own random stream, so a split's first N pairs do not depend on
+    the sizes of the splits, and `copy` and `reverse` with the same seed have the same sources.
+    """
+    if task not in SYNTHETIC_TASKS:
+        raise ValueError(f"unknown synthetic task {task!r}; choose one of {SYNTHETIC_TASKS}")
+    if symbols < 1:
+        raise ValueError(f"symbols={symbols} must be >= 1")
+    if not 1 <= min_length <= max_length:
+        raise ValueError(f"need 1 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}")
+    sizes = {"train": num_train, "validation": num_validation, "test": num_test}
+    splits = {}
+    for split, size in sizes.items():
+        if size < 0:
+            raise ValueError(f"num_{split}={size} must be >= 0")
+        rng = random.Random(f"{seed}/{split}")
+        sources = [
+            [str(rng.randrange(symbols)) for _ in range(rng.randint(min_length, max_length))] for _ in range(size)
+        ]
+        targets = sources if task == "copy" else [sequence[::-1] for sequence in sources]
+        splits[split] = _pairs_dataset([" ".join(s) for s in sources], [" ".join(t) for t in targets])
+    return DatasetDict(splits)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def load_parallel_corpus(
+    data: str | os.PathLike | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    *,
+    dataset_config: str | None = None,
+    source_column: str | None = None,
+    target_column: str | None = None,
+    splits: Sequence[str] | None = None,
+    **load_dataset_kwargs,
+) -> DatasetDict:
+    """Load a parallel corpus as a DatasetDict with string columns `source` and `target` (see the module doc).
+
+    Args:
+        data: None/"copy"/"reverse" (synthetic task), a directory or file, or a `datasets.load_dataset` name.
+        source_lang, target_lang: language codes: file suffixes (`train.de`), keys of a `translation` column or
+            JSONL object, or column names. May be left out when exactly two languages are present: then the order
+            is "src"->"tgt", the config name's ("de-en"), or else the files' alphabetical order (logged).
+        dataset_config: the `load_dataset` configuration name (e.g. "de-en").
+        source_column, target_column: explicit column (TSV header, JSONL key, dataset column) names.
+        splits: canonical split names to return (e.g. ["train", "validation"]); a missing one is an error.
+        load_dataset_kwargs: passed to `datasets.load_dataset` (revision, data_files, ...).
+    """
+    if data is None or (isinstance(data, str) and data in SYNTHETIC_TASKS and not Path(data).exists()):
+        corpus = synthetic_task_dataset(data or "copy")
+    else:
+        path = Path(data)
+        if not path.exists() and (path.is_absolute() or str(data).startswith((".", "~"))):
+            raise FileNotFoundError(f"{data} does not exist (a path, not a dataset name, since it starts with . / ~)")
+        if path.is_dir() and (path / "dataset_dict.json").is_file():
+            corpus = _from_datasets(
+                load_from_disk(path), source_lang, target_lang, source_column, target_column, keep=splits
+            )
+        elif path.is_dir() and (text_pairs := _find_text_pairs(path)):
+            _refuse_columns(source_column, target_column, f"{path} holds plain text files")
+            corpus = _load_text_pairs(path, text_pairs, source_lang, target_lang)
+        elif path.is_dir() and (tables := _find_tables(path)):
+            corpus = _load_tables(tables, source_lang, target_lang, source_column, target_column)
+        elif path.is_file() and _TABLE_FILE.match(path.name):
+            corpus = _load_tables({"train": path}, source_lang, target_lang, source_column, target_column)
+        else:
+            if path.is_file():  # a single csv/json/parquet file: let `datasets` read it as the train split
+                builder = {".csv": "csv", ".json": "json", ".parquet": "parquet"}.get(path.suffix)
+                if builder is None:
+                    raise ValueError(
+                        f"cannot read {path}: a single file must be .tsv, .jsonl (optionally .gz), .csv, .json or "
+                        ".parquet; for line-aligned text give the directory holding {split}.{lang} files"
+                    )
+                raw = load_dataset(builder, data_files={"train": str(path)}, **load_dataset_kwargs)
+            else:
+                raw = load_dataset(str(data), dataset_config, **load_dataset_kwargs)
+            corpus = _from_datasets(
+                raw, source_lang, target_lang, source_column, target_column, dataset_config, keep=splits
+            )
+    return _select_splits(corpus, splits, data)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Filtering and tokenization
+
+
+def filter_pairs(
+    corpus: DatasetDict,
+    *,
+    max_length: int | None = None,
+    tokenizer=None,
+    target_tokenizer=None,
+    remove_empty: bool = True,
+) -> tuple[DatasetDict, dict[str, dict[str, int]]]:
+    """Remove empty pairs (either side blank) and pairs with a side longer than `max_length`.
+
+    Length is in characters, or in tokens (`</s>` included) when a tokenizer is given (`target_tokenizer` for the
+    target side when the vocabularies are separate). Returns the filtered corpus and, per split,
+    {"total", "empty", "too_long", "kept"}; removals are also logged as warnings.
+    """
+    if max_length is not None and max_length < 1:
+        raise ValueError(f"max_length={max_length} must be >= 1 (or None for no length limit)")
+    target_tokenizer = target_tokenizer or tokenizer
+    unit = "tokens" if tokenizer is not None else "characters"
+    filtered, report = {}, {}
+    for split, dataset in corpus.items():
+        columns = dataset[:]  # plain lists: iterating a `datasets` Column converts row by row, far slower
+        sources, targets = columns["source"], columns["target"]
+        if tokenizer is not None and max_length is not None:
+            source_lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+            target_lengths = [len(ids) for ids in target_tokenizer(targets)["input_ids"]]
+        else:
+            source_lengths, target_lengths = map(len, sources), map(len, targets)
+        keep, empty, too_long = [], 0, 0
+        for index, (source, target, source_length, target_length) in enumerate(
+            zip(sources, targets, source_lengths, target_lengths)
+        ):
+            if remove_empty and (not source.strip() or not target.strip()):
+                empty += 1
+            elif max_length is not None and max(source_length, target_length) > max_length:
+                too_long += 1
+            else:
+                keep.append(index)
+        report[split] = {"total": len(dataset), "empty": empty, "too_long": too_long, "kept": len(keep)}
+        filtered[split] = dataset if len(keep) == len(dataset) else dataset.select(keep)
+        if empty or too_long:
+            limit = f" (longer than {max_length} {unit})" if max_length is not None else ""
+            logger.warning(
+                "%s: removed %d of %d pairs: %d empty, %d too long%s",
+                split, empty + too_long, len(dataset), empty, too_long, limit,
+            )
+    return DatasetDict(filtered), report
+
+
+def tokenize_pairs(
+    corpus: DatasetDict, tokenizer, *, target_tokenizer=None, num_proc: int | None = None
+) -> DatasetDict:
+    """Replace `source`/`target` with `input_ids`, `attention_mask` and `labels` (each ending in `</s>`).
+
+    No truncation and no padding: remove over-long pairs first with `filter_pairs`, and pad per batch in the
+    collator (`DataCollatorForSeq2Seq` pads labels with -100)."""
+
+    def encode(batch):
+        if target_tokenizer is None:
+            return tokenizer(batch["source"], text_target=batch["target"])
+        encoded = tokenizer(batch["source"])
+        encoded["labels"] = target_tokenizer(batch["target"])["input_ids"]
+        return encoded
+
+    return corpus.map(encode, batched=True, remove_columns=["source", "target"], num_proc=num_proc)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _pairs_dataset(sources: list[str], targets: list[str]) -> Dataset:
+    return Dataset.from_dict({"source": sources, "target": targets}, features=PAIR_FEATURES)
+
+
+def _refuse_columns(source_column, target_column, reason):
+    if source_column is not None or target_column is not None:
+        raise ValueError(
+            f"source_column/target_column ({source_column!r}, {target_column!r}) do not apply: {reason}; "
+            "choose the languages with source_lang/target_lang"
+        )
+
+
+def _canonical_split_names(names: Sequence[str]) -> dict[str, str]:
+    """Map raw split names to train/validation/test where that is unambiguous."""
+    mapping = {name: _SPLIT_ALIASES.get(name.lower(), name) for name in names}
+    test_like = [name for name in names if mapping[name] == name and name.lower().startswith("test")]
+    if len(test_like) == 1 and "test" not in mapping.values():
+        mapping[test_like[0]] = "test"
+    seen: dict[str, str] = {}
+    for name, canonical in mapping.items():
+        if canonical in seen:
+            raise ValueError(f"splits {seen[canonical]!r} and {name!r} would both become {canonical!r}; keep one")
+        seen[canonical] = name
+    return mapping
+
+
+def _ordered(splits: dict[str, Dataset]) -> DatasetDict:
+    known = [name for name in _SPLIT_ORDER if name in splits]
+    return DatasetDict({name: splits[name] for name in known + sorted(set(splits) - set(known))})
+
+
+def _select_splits(corpus: DatasetDict, splits: Sequence[str] | None, data) -> DatasetDict:
+    if not corpus:
+        raise ValueError(f"no splits found in {data!r}")
+    if splits is None:
+        return corpus
+    missing = [split for split in splits if split not in corpus]
+    if missing:
+        raise ValueError(f"split(s) {missing} not found in {data!r}; it has {list(corpus)}")
+    return DatasetDict({split: corpus[split] for split in splits})
+
+
+def _choose_languages(
+    available: Sequence[str], source_lang, target_lang, where: str, preferred: Sequence[str] | None = None
+) -> tuple[str, str]:
+    """Resolve (source, target) among the languages present, defaulting only when exactly two are present."""
+    for lang in (source_lang, target_lang):
+        if lang is not None and lang not in available:
+            raise ValueError(f"language {lang!r} not found in {where}; available: {sorted(available)}")
+    if source_lang is not None and target_lang is not None:
+        if source_lang == target_lang:
+            raise ValueError(f"source_lang and target_lang are both {source_lang!r}")
+        return source_lang, target_lang
+    if len(available) != 2:
+        raise ValueError(
+            f"{where} has languages {sorted(available)}: pass source_lang and target_lang (two of them)"
+        )
+    if source_lang is not None or target_lang is not None:
+        given = source_lang or target_lang
+        other = next(lang for lang in available if lang != given)
+        return (given, other) if source_lang is not None else (other, given)
+    for order in (*_DEFAULT_COLUMN_PAIRS, tuple(preferred or ())):
+        if set(order) == set(available) and len(order) == 2:
+            return order[0], order[1]
+    first, second = available
+    logger.warning("%s: translating %s -> %s (pass source_lang/target_lang to choose)", where, first, second)
+    return first, second
+
+
+# Line-aligned text files ----------------------------------------------------------------------------------------
+
+
+def _find_text_pairs(directory: Path) -> dict[str, dict[str, Path]]:
+    """{split: {lang: path}} for the `{split}.{lang}[.gz]` files in a directory."""
+    found: dict[str, dict[str, Path]] = {}
+    for path in sorted(directory.iterdir()):
+        match = _TEXT_PAIR_FILE.match(path.name)
+        if not path.is_file() or not match or match["lang"].lower() in _NOT_LANGUAGES:
+            continue
+        split, lang = match["split"], match["lang"]
+        if lang in found.setdefault(split, {}):
+            raise ValueError(f"both {found[split][lang].name} and {path.name} exist in {directory}; keep one")
+        found[split][lang] = path
+    return found
+
+
+def _load_text_pairs(directory: Path, found, source_lang, target_lang) -> DatasetDict:
+    languages = sorted({lang for langs in found.values() for lang in langs})
+    source_lang, target_lang = _choose_languages(languages, source_lang, target_lang, str(directory))
+    names = _canonical_split_names([split for split, langs in found.items() if {source_lang, target_lang} & set(langs)])
+    splits = {}
+    for split, canonical in names.items():
+        files = found[split]
+        for lang in (source_lang, target_lang):
+            if lang not in files:
+                present = ", ".join(path.name for path in files.values())
+                raise ValueError(
+                    f"split {split!r} in {directory} has no {split}.{lang} or {split}.{lang}.gz (found: {present})"
+                )
+        sources = list(read_lines(files[source_lang]))
+        targets = list(read_lines(files[target_lang]))
+        if len(sources) != len(targets):
+            raise ValueError(
+                f"line counts differ: {files[source_lang]} has {len(sources)} lines but {files[target_lang]} has "
+                f"{len(targets)}; line N of one must be the translation of line N of the other"
+            )
+        splits[canonical] = _pairs_dataset(sources, targets)
+    skipped = sorted(set(found) - set(names))
+    if skipped:
+        logger.info("%s: skipped split(s) %s: no %s or %s file", directory, skipped, source_lang, target_lang)
+    return _ordered(splits)
+
+
+# TSV and JSONL ---------------------------------------------------------------------------------------------------
+
+
+def _find_tables(directory: Path) -> dict[str, Path]:
+    tables: dict[str, Path] = {}
+    for path in sorted(directory.iterdir()):
+        match = _TABLE_FILE.match(path.name)
+        if path.is_file() and match:
+            if match["split"] in tables:
+                raise ValueError(f"both {tables[match['split']].name} and {path.name} exist in {directory}; keep one")
+            tables[match["split"]] = path
+    return tables
+
+
+def _load_tables(tables: dict[str, Path], source_lang, target_lang, source_column, target_column) -> DatasetDict:
+    if (source_column is None) != (target_column is None):
+        raise ValueError("name both source_column and target_column, or neither")
+    columns = (source_column, target_column) if source_column is not None else None
+    languages = (source_lang, target_lang)
+    names = _canonical_split_names(list(tables))
+    splits = {}
+    for split, path in tables.items():
+        reader = _read_tsv if _TABLE_FILE.match(path.name)["format"] == "tsv" else _read_jsonl
+        splits[names[split]] = _pairs_dataset(*reader(path, columns, languages))
+    return _ordered(splits)
+
+
+def _read_tsv(path: Path, columns, languages) -> tuple[list[str], list[str]]:
+    """`source<TAB>target` per line, or named columns picked from a header row: `columns` must be in the header,
+    `languages` are used when both are. A `source<TAB>target` or `src<TAB>tgt` header is skipped. A sentence
+    cannot contain a tab."""
+    rows = [line.split("\t") for line in read_lines(path)]
+    header = rows[0] if rows else []
+    if columns is None and None not in languages and set(languages) <= set(header):
+        columns = languages
+    if columns is not None:
+        missing = [name for name in columns if name not in header]
+        if missing:
+            raise ValueError(f"{path}: column(s) {missing} not in the header line {header}")
+        positions, width, first_data_row = [header.index(name) for name in columns], len(header), 1
+    else:
+        positions, width, first_data_row = (0, 1), 2, int(tuple(header) in _DEFAULT_COLUMN_PAIRS)
+    hint = ""
+    if columns is None and all(languages):
+        hint = f" (or a header row naming {languages[0]!r} and {languages[1]!r})"
+    sources, targets = [], []
+    for number, fields in enumerate(rows[first_data_row:], start=first_data_row + 1):
+        if len(fields) != width:
+            raise ValueError(f"{path}: line {number} has {len(fields)} tab-separated fields, expected {width}{hint}")
+        sources.append(fields[positions[0]])
+        targets.append(fields[positions[1]])
+    return sources, targets
+
+
+def _read_jsonl(path: Path, columns, languages) -> tuple[list[str], list[str]]:
+    """One JSON object per line: {"source": .., "target": ..}, {"de": .., "en": ..} or {"translation": {"de": ..}}.
+    Blank lines are skipped."""
+    sources, targets, keys = [], [], columns
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: line {number} is not valid JSON ({error.msg})") from None
+        if isinstance(record, dict) and isinstance(record.get("translation"), dict):
+            record = record["translation"]
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {number} is a JSON {type(record).__name__}, expected an object")
+        if keys is None:
+            keys = _choose_keys(list(record), languages, f"{path} line {number}")
+        values = []
+        for key in keys:
+            if key not in record:
+                raise ValueError(f"{path}: line {number} has no key {key!r} (keys: {list(record)})")
+            value = record[key]
+            if not isinstance(value, str):
+                raise ValueError(f"{path}: line {number}: {key!r} is {type(value).__name__}, expected a string")
+            values.append(value)
+        sources.append(values[0])
+        targets.append(values[1])
+    return sources, targets
+
+
+def _choose_keys(keys: list[str], languages, where: str) -> tuple[str, str]:
+    """The languages when both are keys, else source/target or src/tgt keys, else languages among the keys."""
+    if None in languages or not set(languages) <= set(keys):
+        for pair in _DEFAULT_COLUMN_PAIRS:
+            if set(pair) <= set(keys):
+                return pair
+    return _choose_languages(keys, *languages, where)
+
+
+# datasets (Hub, local data folders, save_to_disk) ------------------------------------------------------------------
+
+
+def _from_datasets(
+    raw: DatasetDict, source_lang, target_lang, source_column, target_column, dataset_config=None, keep=None
+) -> DatasetDict:
+    if isinstance(raw, Dataset):
+        raw = DatasetDict({"train": raw})
+    names = _canonical_split_names(list(raw))
+    first = next(iter(raw.values()))
+    columns, features = first.column_names, first.features
+    where = f"dataset with columns {columns}"
+    if (source_column is None) != (target_column is None):
+        raise ValueError("name both source_column and target_column, or neither")
+    if source_column is not None:
+        source_key = target_key = None
+        for column in (source_column, target_column):
+            if column not in columns:
+                raise ValueError(f"column {column!r} not in the {where}")
+    elif "translation" in columns:
+        feature = features["translation"]
+        languages = list(getattr(feature, "languages", None) or feature.keys())
+        preferred = dataset_config.split("-") if dataset_config and dataset_config.count("-") == 1 else None
+        source_key, target_key = _choose_languages(
+            languages, source_lang, target_lang, f"the translation column ({where})", preferred
+        )
+        source_column = target_column = "translation"
+    else:
+        source_key = target_key = None
+        pairs = [(source_lang, target_lang)] if source_lang and target_lang else []
+        pairs += _DEFAULT_COLUMN_PAIRS
+        source_column, target_column = next(
+            (pair for pair in pairs if set(pair) <= set(columns)), (None, None)
+        )
+        if source_column is None:
+            raise ValueError(
+                f"cannot find the text pairs in the {where}: expected a 'translation' column, columns named by "
+                "source_lang/target_lang, 'source'/'target', or pass source_column/target_column"
+            )
+
+    def extract(batch):
+        sources = batch[source_column] if source_key is None else [row[source_key] for row in batch[source_column]]
+        targets = batch[target_column] if target_key is None else [row[target_key] for row in batch[target_column]]
+        # A missing side becomes "", which `filter_pairs` counts as empty instead of failing later.
+        return {
+            "source": ["" if text is None else text for text in sources],
+            "target": ["" if text is None else text for text in targets],
+        }
+
+    splits = {}
+    for split, dataset in raw.items():
+        if keep is not None and names[split] not in keep:
+            continue  # converting a split costs a pass over it (wmt14's train has 4.5M pairs)
+        for column, key in ((source_column, source_key), (target_column, target_key)):
+            feature = dataset.features[column]
+            if key is not None:  # a Translation feature holds strings; a struct column holds what it declares
+                feature = Value("string") if isinstance(feature, Translation) else feature[key]
+            if getattr(feature, "dtype", None) not in ("string", "large_string"):
+                raise ValueError(f"split {split!r}: {column}{'.' + key if key else ''} holds {feature}, not text")
+        splits[names[split]] = dataset.map(
+            extract, batched=True, remove_columns=dataset.column_names, features=PAIR_FEATURES
+        )
+    return _ordered(splits)

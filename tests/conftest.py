@@ -1,0 +1,44 @@
+"""Shared fixtures: the Multi30k corpus (skipped when absent) and a tokenizer trained on it once per session."""
+
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import datasets
+import pytest
+
+MULTI30K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+datasets.disable_progress_bars()
+
+
+class TrainedTokenizer(NamedTuple):
+    tokenizer: object
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    if not (MULTI30K_DIR / "train.de.gz").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K_DIR}")
+    return MULTI30K_DIR
+
+
+@pytest.fixture(scope="session")
+def multi30k_de_en(multi30k_dir):
+    from modeling.data import load_parallel_corpus
+
+    return load_parallel_corpus(multi30k_dir, "de", "en")
+
+
+@pytest.fixture(scope="session")
+def multi30k_tokenizer(multi30k_de_en) -> TrainedTokenizer:
+    """The joint de+en tokenizer (8000 tokens) trained on the 29,000 training pairs, and how long training took."""
+    from modeling.tokenization import dataset_texts, train_translation_tokenizers
+
+    train = multi30k_de_en["train"]
+    start = time.perf_counter()
+    tokenizer = train_translation_tokenizers(
+        dataset_texts(train, "source"), dataset_texts(train, "target"), vocab_size=8000
+    )
+    return TrainedTokenizer(tokenizer, time.perf_counter() - start)

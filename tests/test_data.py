@@ -1,0 +1,246 @@
+"""Parallel-corpus loaders: synthetic tasks, text-file pairs, TSV/JSONL, `datasets` folders; errors; filtering."""
+
+import gzip
+import json
+import logging
+
+import pytest
+from datasets import Dataset, DatasetDict, Features, Translation, Value
+
+from modeling.data import filter_pairs, load_parallel_corpus, synthetic_task_dataset, tokenize_pairs
+from modeling.tokenization import read_lines, train_tokenizer
+
+PAIRS = [("Ein Hund.", "A dog."), ("  Zwei Katzen ", "Two cats"), ("Tab\tinside", "x"), ("Ümlaut ☃", "snowman ☃")]
+
+
+def write_lines(path, lines, compress=False):
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if compress else data)
+
+
+def as_pairs(dataset):
+    columns = dataset[:]  # one conversion; iterating `dataset["source"]` converts row by row, far slower
+    return list(zip(columns["source"], columns["target"]))
+
+
+def assert_pair_columns(corpus):
+    for dataset in corpus.values():
+        assert dataset.column_names == ["source", "target"]
+        assert dataset.features == Features({"source": Value("string"), "target": Value("string")})
+
+
+# Synthetic tasks --------------------------------------------------------------------------------------------------
+
+
+def test_copy_task_is_the_default_and_deterministic():
+    corpus = load_parallel_corpus()
+    assert list(corpus) == ["train", "validation", "test"]
+    assert_pair_columns(corpus)
+    assert as_pairs(corpus["train"]) == as_pairs(synthetic_task_dataset("copy", seed=0)["train"])
+    assert all(source == target for source, target in as_pairs(corpus["train"]))
+    assert as_pairs(synthetic_task_dataset(seed=1)["train"]) != as_pairs(corpus["train"])
+
+
+def test_synthetic_tasks_respect_their_settings():
+    corpus = synthetic_task_dataset("reverse", 50, 5, 7, seed=3, symbols=5, min_length=2, max_length=4)
+    assert [len(corpus[split]) for split in corpus] == [50, 5, 7]
+    for source, target in as_pairs(corpus["train"]):
+        symbols = source.split(" ")
+        assert 2 <= len(symbols) <= 4 and set(symbols) <= {"0", "1", "2", "3", "4"}
+        assert target.split(" ") == symbols[::-1]
+    # Same seed: the copy task has the same sources; a larger split starts with the smaller one.
+    copy = synthetic_task_dataset("copy", 80, 5, 7, seed=3, symbols=5, min_length=2, max_length=4)
+    assert copy["train"]["source"][:50] == corpus["train"]["source"][:]
+    assert as_pairs(load_parallel_corpus("reverse")["train"])[0][1] == as_pairs(load_parallel_corpus()["train"])[0][
+        1
+    ][::-1]
+    with pytest.raises(ValueError, match="'sort'.*'copy', 'reverse'"):
+        synthetic_task_dataset("sort")
+    with pytest.raises(ValueError, match="min_length=5, max_length=2"):
+        synthetic_task_dataset(min_length=5, max_length=2)
+
+
+# Line-aligned text files ------------------------------------------------------------------------------------------
+
+
+def test_multi30k_loads_with_one_call_and_matches_the_files(multi30k_dir, multi30k_de_en):
+    corpus = multi30k_de_en
+    assert {split: len(corpus[split]) for split in corpus} == {"train": 29000, "validation": 1014, "test": 1000}
+    assert_pair_columns(corpus)
+    for split, name in (("train", "train"), ("validation", "val"), ("test", "test_2016_flickr")):
+        de, en = (gzip.decompress((multi30k_dir / f"{name}.{lang}.gz").read_bytes()).decode() for lang in ("de", "en"))
+        expected = list(zip(de.split("\n")[:-1], en.split("\n")[:-1]))
+        assert as_pairs(corpus[split]) == expected
+    french = load_parallel_corpus(multi30k_dir, "en", "fr", splits=["validation"])
+    assert list(french) == ["validation"] and french["validation"][0]["target"].startswith("Un groupe")
+
+
+def test_a_missing_path_is_not_sent_to_the_hub(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
+        load_parallel_corpus(tmp_path / "nowhere", "de", "en")
+
+
+def test_multi30k_needs_the_languages_named(multi30k_dir):
+    with pytest.raises(ValueError, match=r"\['cs', 'de', 'en', 'fr'\]: pass source_lang and target_lang"):
+        load_parallel_corpus(multi30k_dir)
+    with pytest.raises(ValueError, match=r"'xx' not found.*\['cs', 'de', 'en', 'fr'\]"):
+        load_parallel_corpus(multi30k_dir, "de", "xx")
+    with pytest.raises(ValueError, match=r"split\(s\) \['dev'\] not found.*\['train', 'validation', 'test'\]"):
+        load_parallel_corpus(multi30k_dir, "de", "en", splits=["dev"])
+
+
+def test_text_pairs_in_a_directory_plain_and_gzip(tmp_path, caplog):
+    write_lines(tmp_path / "train.de", [s for s, _ in PAIRS])
+    write_lines(tmp_path / "train.en.gz", [t for _, t in PAIRS], compress=True)
+    write_lines(tmp_path / "dev.de", ["Hallo"])
+    write_lines(tmp_path / "dev.en", ["Hello"])
+    write_lines(tmp_path / "test2019.de", ["Tschüss"])
+    write_lines(tmp_path / "test2019.en", ["Bye"])
+    (tmp_path / "README.md").write_text("not a language\n")
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        corpus = load_parallel_corpus(tmp_path)  # exactly two languages: alphabetical order, logged
+    assert "de -> en" in caplog.text
+    assert list(corpus) == ["train", "validation", "test"]
+    assert as_pairs(corpus["train"]) == PAIRS and as_pairs(corpus["test"]) == [("Tschüss", "Bye")]
+    reverse = load_parallel_corpus(tmp_path, target_lang="de")
+    assert as_pairs(reverse["validation"]) == [("Hello", "Hallo")]
+
+
+def test_src_tgt_file_names_give_the_direction(tmp_path):
+    write_lines(tmp_path / "train.src", ["3 1 2"])
+    write_lines(tmp_path / "train.tgt", ["1 2 3"])
+    assert as_pairs(load_parallel_corpus(tmp_path)["train"]) == [("3 1 2", "1 2 3")]
+
+
+def test_different_line_counts_name_both_files_and_counts(tmp_path):
+    write_lines(tmp_path / "train.de", ["a", "b", "c"])
+    write_lines(tmp_path / "train.en", ["a", "b"])
+    with pytest.raises(ValueError, match=r"train\.de has 3 lines but .*train\.en has 2"):
+        load_parallel_corpus(tmp_path, "de", "en")
+
+
+def test_undecodable_bytes_name_file_and_line(tmp_path):
+    (tmp_path / "train.de").write_bytes(b"gut\nschlecht \xc3\x28\n")
+    write_lines(tmp_path / "train.en", ["good", "bad"])
+    with pytest.raises(ValueError, match=r"train\.de: line 2 is not valid UTF-8"):
+        load_parallel_corpus(tmp_path, "de", "en")
+
+
+def test_a_split_missing_one_side_is_named(tmp_path):
+    for name in ("train.de", "train.en", "valid.de"):
+        write_lines(tmp_path / name, ["x"])
+    with pytest.raises(ValueError, match=r"split 'valid' .* has no valid\.en or valid\.en\.gz \(found: valid\.de"):
+        load_parallel_corpus(tmp_path, "de", "en")
+
+
+# TSV and JSONL ----------------------------------------------------------------------------------------------------
+
+
+def test_tsv_with_and_without_header(tmp_path):
+    write_lines(tmp_path / "train.tsv", ["source\ttarget"] + [f"{s}\t{t}" for s, t in PAIRS[:2]])
+    write_lines(tmp_path / "valid.tsv.gz", ["Hallo\tHello"], compress=True)
+    corpus = load_parallel_corpus(tmp_path)
+    assert as_pairs(corpus["train"]) == PAIRS[:2] and as_pairs(corpus["validation"]) == [("Hallo", "Hello")]
+
+    named = tmp_path / "named.tsv"
+    write_lines(named, ["id\ten\tde", "1\tA dog.\tEin Hund."])
+    assert as_pairs(load_parallel_corpus(named, "de", "en")["train"]) == [("Ein Hund.", "A dog.")]
+    with pytest.raises(ValueError, match=r"line 1 has 3 tab-separated fields, expected 2 \(or a header row naming"):
+        load_parallel_corpus(named, "fr", "en")
+    with pytest.raises(ValueError, match=r"column\(s\) \['fr'\] not in the header line \['id', 'en', 'de'\]"):
+        load_parallel_corpus(named, source_column="fr", target_column="en")
+
+    broken = tmp_path / "broken.tsv"
+    write_lines(broken, ["a\tb", "c\td\te"])
+    with pytest.raises(ValueError, match="broken.tsv: line 2 has 3 tab-separated fields, expected 2"):
+        load_parallel_corpus(broken)
+
+
+def test_jsonl_flat_and_translation_objects(tmp_path):
+    write_lines(tmp_path / "train.jsonl", [json.dumps({"source": s, "target": t}) for s, t in PAIRS] + [""])
+    write_lines(tmp_path / "test.jsonl", [json.dumps({"translation": {"de": "Hallo", "en": "Hello", "fr": "Salut"}})])
+    corpus = load_parallel_corpus(tmp_path, "en", "fr")
+    assert as_pairs(corpus["train"]) == PAIRS and as_pairs(corpus["test"]) == [("Hello", "Salut")]
+
+    bad = tmp_path / "bad.jsonl"
+    write_lines(bad, [json.dumps({"de": "a", "en": "b"}), "{not json", ""])
+    with pytest.raises(ValueError, match="bad.jsonl: line 2 is not valid JSON"):
+        load_parallel_corpus(bad, "de", "en")
+    write_lines(bad, [json.dumps({"de": "a", "en": "b"}), json.dumps({"de": "c"})])
+    with pytest.raises(ValueError, match=r"line 2 has no key 'en'"):
+        load_parallel_corpus(bad, "de", "en")
+
+
+# `datasets` folders (the Hub code path) ---------------------------------------------------------------------------
+
+
+def test_local_dataset_folder_with_a_translation_column_goes_through_load_dataset(tmp_path):
+    features = Features({"translation": Translation(languages=["de", "en"])})
+    for split, pairs in (("train", PAIRS), ("validation", PAIRS[:1])):
+        rows = {"translation": [{"de": s, "en": t} for s, t in pairs]}
+        Dataset.from_dict(rows, features=features).to_parquet(tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+    corpus = load_parallel_corpus(tmp_path, "de", "en")
+    assert list(corpus) == ["train", "validation"]
+    assert_pair_columns(corpus)
+    assert as_pairs(corpus["train"]) == PAIRS
+    assert as_pairs(load_parallel_corpus(tmp_path, "en", "de")["validation"]) == [(PAIRS[0][1], PAIRS[0][0])]
+
+
+def test_translation_direction_defaults_to_the_config_name_order():
+    from modeling.data import _from_datasets  # what load_parallel_corpus("wmt14", dataset_config="de-en") runs
+
+    features = Features({"translation": Translation(languages=["de", "en"])})
+    raw = DatasetDict({"train": Dataset.from_dict({"translation": [{"de": "Hund", "en": "dog"}]}, features=features)})
+    assert as_pairs(_from_datasets(raw, None, None, None, None, "en-de")["train"]) == [("dog", "Hund")]
+    assert as_pairs(_from_datasets(raw, None, None, None, None, "de-en")["train"]) == [("Hund", "dog")]
+
+
+def test_two_named_columns_and_save_to_disk_folders(tmp_path):
+    rows = {"german": [s for s, _ in PAIRS], "english": [t for _, t in PAIRS], "score": [1.0] * len(PAIRS)}
+    DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(tmp_path / "saved")
+    corpus = load_parallel_corpus(tmp_path / "saved", source_column="german", target_column="english")
+    assert as_pairs(corpus["train"]) == PAIRS
+    with pytest.raises(ValueError, match=r"cannot find the text pairs .*'german', 'english', 'score'"):
+        load_parallel_corpus(tmp_path / "saved")
+    with pytest.raises(ValueError, match="score.* not text"):
+        load_parallel_corpus(tmp_path / "saved", source_column="german", target_column="score")
+
+
+# Filtering and tokenization ---------------------------------------------------------------------------------------
+
+
+def test_filter_pairs_counts_what_it_removes(caplog):
+    pairs = [("ok", "fine"), ("", "empty source"), ("empty target", "  "), ("x" * 30, "long source"), ("a", "b")]
+    corpus = DatasetDict({
+        "train": Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}),
+        "test": Dataset.from_dict({"source": ["kept"], "target": ["kept"]}),
+    })
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        filtered, report = filter_pairs(corpus, max_length=20)
+    assert report == {
+        "train": {"total": 5, "empty": 2, "too_long": 1, "kept": 2},
+        "test": {"total": 1, "empty": 0, "too_long": 0, "kept": 1},
+    }
+    assert as_pairs(filtered["train"]) == [("ok", "fine"), ("a", "b")] and len(filtered["test"]) == 1
+    assert "train: removed 3 of 5 pairs: 2 empty, 1 too long (longer than 20 characters)" in caplog.text
+    assert "test:" not in caplog.text
+
+
+def test_filter_pairs_by_tokens_and_tokenize_pairs():
+    corpus = synthetic_task_dataset(num_train=200, num_validation=20, num_test=20, max_length=12)
+    tokenizer = train_tokenizer(corpus["train"]["source"], vocab_size=280)
+    filtered, report = filter_pairs(corpus, max_length=8, tokenizer=tokenizer)
+    lengths = [len(ids) for ids in tokenizer(corpus["train"]["source"][:])["input_ids"]]
+    assert report["train"]["too_long"] == sum(length > 8 for length in lengths) > 0
+    tokenized = tokenize_pairs(filtered, tokenizer)
+    assert tokenized["train"].column_names == ["input_ids", "attention_mask", "labels"]
+    assert max(len(ids) for ids in tokenized["train"]["input_ids"]) <= 8
+    decoded = tokenizer.batch_decode(tokenized["train"]["labels"][:], skip_special_tokens=True)
+    assert decoded == filtered["train"]["target"][:]
+    separate = tokenize_pairs(filtered, tokenizer, target_tokenizer=train_tokenizer(["a b"], vocab_size=260))
+    assert separate["test"]["labels"][:] != tokenized["test"]["labels"][:]
+
+
+def test_read_lines_is_what_the_loaders_use_for_text_files(tmp_path):
+    write_lines(tmp_path / "x.gz", ["eins", "", " zwei "], compress=True)
+    assert list(read_lines(tmp_path / "x.gz")) == ["eins", "", " zwei "]
