@@ -1,0 +1,118 @@
+"""Checkpoint averaging (§6.1): the averaged weights are the mean of the checkpoints' tensors and load as a model."""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+
+from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling.checkpoints import average_checkpoints, average_state_dicts, last_checkpoints, list_checkpoints
+from modeling.tokenization import train_tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def save_checkpoint(directory, seed: int, tokenizer):
+    """A Trainer-like checkpoint folder: model (with custom code), tokenizer and training state files."""
+    torch.manual_seed(seed)
+    config = AnnotatedTransformerConfig.from_preset(
+        "tiny", vocab_size=len(tokenizer), d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_position_embeddings=32,
+    )
+    model = AnnotatedTransformerForConditionalGeneration(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    torch.save({"state": "optimizer"}, directory / "optimizer.pt")
+    (directory / "trainer_state.json").write_text(json.dumps({"global_step": seed}))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(["1 2 3 4", "5 6 7 8 9 0"] * 10, vocab_size=270)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tokenizer):
+    run = tmp_path_factory.mktemp("run")
+    models = {step: save_checkpoint(run / f"checkpoint-{step}", step, tokenizer) for step in (9, 10, 100)}
+    return run, models
+
+
+def test_checkpoints_are_ordered_by_step_not_by_name(run_dir):
+    run, _ = run_dir
+    assert [path.name for path in list_checkpoints(run)] == ["checkpoint-9", "checkpoint-10", "checkpoint-100"]
+    assert [path.name for path in last_checkpoints(run, 2)] == ["checkpoint-10", "checkpoint-100"]
+    with pytest.raises(ValueError, match="asked for the last 4 checkpoints, but .* holds 3"):
+        last_checkpoints(run, 4)
+
+
+def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_dir, tmp_path):
+    run, models = run_dir
+    output = average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "averaged")
+
+    first = load_file(run / "checkpoint-10" / "model.safetensors")
+    second = load_file(run / "checkpoint-100" / "model.safetensors")
+    averaged = load_file(output / "model.safetensors")
+    assert set(averaged) == set(first)
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
+
+    # Loadable through the Auto classes; every parameter (tied ones included) is the mean of the two models'.
+    model = AutoModelForSeq2SeqLM.from_pretrained(output, trust_remote_code=True)
+    expected = {name: (p10 + p100) / 2 for (name, p10), (_, p100) in zip(
+        models[10].state_dict().items(), models[100].state_dict().items()
+    )}
+    for name, parameter in model.state_dict().items():
+        torch.testing.assert_close(parameter, expected[name], rtol=0, atol=1e-6)
+    assert model.lm_head.weight.data_ptr() == model.model.shared.weight.data_ptr()
+
+    # Model files come along, training state does not.
+    names = {path.name for path in output.iterdir()}
+    assert {"config.json", "generation_config.json", "tokenizer.json", "modeling_annotated_transformer.py",
+            "configuration_annotated_transformer.py"} <= names
+    assert not names & {"optimizer.pt", "trainer_state.json"}
+
+
+def test_average_state_dicts_keeps_dtypes_and_non_float_tensors():
+    a = {"w": torch.tensor([1.0, 2.0], dtype=torch.float16), "steps": torch.tensor([3]), "b": torch.tensor([0.25])}
+    b = {"w": torch.tensor([3.0, 5.0], dtype=torch.float16), "steps": torch.tensor([7]), "b": torch.tensor([0.75])}
+    averaged = average_state_dicts([a, b])
+    assert averaged["w"].dtype == torch.float16 and averaged["w"].tolist() == [2.0, 3.5]
+    assert averaged["b"].tolist() == [0.5]
+    assert averaged["steps"].tolist() == [7]  # integer buffers come from the last checkpoint
+
+
+def test_mismatched_checkpoints_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="different tensors"):
+        average_state_dicts([{"w": torch.zeros(2)}, {"v": torch.zeros(2)}])
+    with pytest.raises(ValueError, match="different shapes"):
+        average_state_dicts([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        average_checkpoints([tmp_path], tmp_path / "out")
+
+
+def test_script_averages_the_last_n(run_dir, tmp_path, monkeypatch, capsys):
+    run, _ = run_dir
+    output = tmp_path / "avg"
+    monkeypatch.setattr(sys, "argv", ["average_checkpoints.py", str(run), "--last", "3", "--output_dir", str(output)])
+    runpy.run_path(str(REPO_ROOT / "scripts" / "average_checkpoints.py"), run_name="__main__")
+    assert "Averaged 3 checkpoints" in capsys.readouterr().out
+    tensors = [load_file(run / f"checkpoint-{step}" / "model.safetensors") for step in (9, 10, 100)]
+    averaged = load_file(output / "model.safetensors")
+    name = "model.shared.weight"
+    torch.testing.assert_close(averaged[name], sum(t[name] for t in tensors) / 3, rtol=0, atol=1e-7)
+    assert json.loads((output / "averaged_from.json").read_text())["checkpoints"][-1].endswith("checkpoint-100")
+
+
+def test_script_needs_a_count_or_a_list(run_dir, tmp_path, monkeypatch):
+    run, _ = run_dir
+    monkeypatch.setattr(sys, "argv", ["average_checkpoints.py", str(run), "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO_ROOT / "scripts" / "average_checkpoints.py"), run_name="__main__")
+    assert exit_info.value.code == 2

@@ -1,0 +1,144 @@
+"""§5.4 label smoothing as the model's loss computes it, checked against a direct computation of the formula.
+
+The Annotated Transformer's `LabelSmoothing`: the target distribution q puts 1 - eps on the gold token and spreads
+eps evenly over the other tokens except padding (eps / (V - 2)); the loss is KL(q || p) summed over the target
+positions that are not padding, divided by their number (or by the Trainer's `num_items_in_batch`).
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling.modeling_annotated_transformer import label_smoothed_loss
+
+VOCAB, PAD = 12, 0
+
+
+def smoothed_targets(labels: torch.Tensor, vocab_size: int, epsilon: float, pad_token_id: int) -> torch.Tensor:
+    """q as an explicit tensor, row by row, the way The Annotated Transformer builds `true_dist`."""
+    q = torch.full((labels.numel(), vocab_size), epsilon / (vocab_size - 2), dtype=torch.float64)
+    q[torch.arange(labels.numel()), labels.reshape(-1).clamp(min=0)] = 1 - epsilon
+    q[:, pad_token_id] = 0
+    return q
+
+
+def reference_loss(logits, labels, epsilon, pad_token_id=PAD, denominator=None) -> torch.Tensor:
+    """sum over non-pad positions of KL(q || softmax(logits)), per non-pad position (or per `denominator`)."""
+    logits = logits.reshape(-1, logits.size(-1)).double()
+    labels = labels.reshape(-1)
+    keep = (labels != -100) & (labels != pad_token_id)
+    q = smoothed_targets(labels[keep], logits.size(-1), epsilon, pad_token_id)
+    log_p = F.log_softmax(logits[keep], dim=-1)
+    total = F.kl_div(log_p, q, reduction="sum")  # sum q * (log q - log p), with 0 log 0 = 0
+    return total / (denominator if denominator is not None else keep.sum())
+
+
+def tiny_model(label_smoothing: float, seed: int = 0) -> AnnotatedTransformerForConditionalGeneration:
+    torch.manual_seed(seed)
+    config = AnnotatedTransformerConfig.from_preset(
+        "tiny", vocab_size=VOCAB, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32,
+        dropout=0.0, label_smoothing=label_smoothing,
+    )
+    return AnnotatedTransformerForConditionalGeneration(config).eval()
+
+
+def batch():
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(4, VOCAB, (3, 6), generator=generator)
+    labels = torch.randint(4, VOCAB, (3, 5), generator=generator)
+    labels[:, -1] = 2  # </s>
+    labels[1, 3:] = -100  # padded as DataCollatorForSeq2Seq pads labels
+    labels[2, 4:] = PAD  # padded with the pad id (tokenizer padding): also excluded
+    return input_ids, labels
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.3])
+def test_model_loss_equals_the_kl_formula(epsilon):
+    model = tiny_model(epsilon)
+    input_ids, labels = batch()
+    with torch.no_grad():
+        output = model(input_ids=input_ids, labels=labels)
+    expected = reference_loss(output.logits, labels, epsilon)
+    assert output.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_num_items_in_batch_divides_the_summed_loss():
+    """What the Trainer passes under gradient accumulation / DDP: the token count of the whole accumulated batch."""
+    model = tiny_model(0.1)
+    input_ids, labels = batch()
+    with torch.no_grad():
+        mean = model(input_ids=input_ids, labels=labels)
+        per_40 = model(input_ids=input_ids, labels=labels, num_items_in_batch=torch.tensor(40))
+    tokens = ((labels != -100) & (labels != PAD)).sum().item()
+    expected = reference_loss(mean.logits, labels, 0.1, denominator=40).item()
+    assert per_40.loss.item() == pytest.approx(expected, rel=1e-5)
+    assert per_40.loss.item() == pytest.approx(mean.loss.item() * tokens / 40, rel=1e-5)
+
+
+def test_padding_positions_do_not_contribute():
+    model = tiny_model(0.1)
+    input_ids, labels = batch()
+    with torch.no_grad():
+        loss = model(input_ids=input_ids, labels=labels).loss
+        logits = model(input_ids=input_ids, labels=labels).logits
+    # Changing the logits at excluded positions leaves the loss unchanged.
+    changed = logits.clone()
+    excluded = (labels == -100) | (labels == PAD)
+    changed[excluded] = torch.randn_like(changed[excluded]) * 10
+    assert reference_loss(changed, labels, 0.1).item() == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_zero_smoothing_is_cross_entropy_over_non_pad_tokens():
+    model = tiny_model(0.0)
+    input_ids, labels = batch()
+    with torch.no_grad():
+        output = model(input_ids=input_ids, labels=labels)
+    ignored = labels.masked_fill(labels == PAD, -100)
+    expected = F.cross_entropy(output.logits.reshape(-1, VOCAB), ignored.reshape(-1), ignore_index=-100)
+    assert output.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+# ---- edge cases on the loss function itself, with logits chosen by hand --------------------------------------------
+
+
+def loss_for(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> float:
+    """The per-token loss that `forward` computes, on hand-chosen logits."""
+    total, count = label_smoothed_loss(logits, labels, epsilon, PAD)
+    return (total / count).item()
+
+
+def test_uniform_prediction_costs_log_v_minus_the_target_entropy():
+    epsilon, labels = 0.1, torch.tensor([[5, 7, 2]])
+    uniform = torch.zeros(1, 3, VOCAB)
+    target_neg_entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(epsilon / (VOCAB - 2))
+    expected = target_neg_entropy + math.log(VOCAB)  # KL(q || uniform) = sum q log q + log V
+    assert loss_for(uniform, labels, epsilon) == pytest.approx(expected, rel=1e-6)
+    assert loss_for(uniform, labels, epsilon) == pytest.approx(reference_loss(uniform, labels, epsilon).item())
+
+
+def test_one_hot_target_with_uniform_prediction_is_log_v():
+    """epsilon = 0: q is one-hot, the loss is the cross-entropy, log V for a uniform prediction."""
+    assert loss_for(torch.zeros(1, 4, VOCAB), torch.tensor([[4, 5, 6, 2]]), 0.0) == pytest.approx(math.log(VOCAB))
+
+
+def test_prediction_equal_to_the_smoothed_target_costs_zero():
+    epsilon, labels = 0.1, torch.tensor([[5, 9, 2]])
+    q = smoothed_targets(labels, VOCAB, epsilon, PAD).float()
+    logits = torch.log(q.clamp(min=1e-30)).reshape(1, 3, VOCAB)  # p = q, the pad column ~0
+    assert loss_for(logits, labels, epsilon) == pytest.approx(0.0, abs=1e-5)
+    # and any other prediction costs more (KL >= 0 with equality only at p = q)
+    assert loss_for(logits + torch.randn_like(logits), labels, epsilon) > 1e-3
+
+
+def test_confident_one_hot_prediction_is_penalised_by_smoothing():
+    """The point of §5.4: a one-hot prediction has ~0 loss without smoothing, a large one with it."""
+    labels = torch.tensor([[5, 9, 2]])
+    confident = torch.full((1, 3, VOCAB), -20.0)
+    confident[0, torch.arange(3), labels[0]] = 20.0
+    assert loss_for(confident, labels, 0.0) == pytest.approx(0.0, abs=1e-6)
+    smoothed = loss_for(confident, labels, 0.1)
+    assert smoothed > 1.0
+    assert smoothed == pytest.approx(reference_loss(confident, labels, 0.1).item(), rel=1e-5)

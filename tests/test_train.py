@@ -1,0 +1,382 @@
+"""scripts/train.py on Seq2SeqTrainer: 2-process CPU DDP through `accelerate launch`, the saved folder (loadable with
+the Auto classes in a fresh process, model card, Hub upload contents), resume, token-budget batches, the Noam
+schedule in the Trainer, configuration files, and bad arguments failing before training.
+
+Runs are tiny (a few optimizer steps on the embedded copy task); the full main job is the `slow` test at the end.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+
+from modeling.data import synthetic_task_dataset
+from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
+from modeling.schedule import noam_learning_rate
+from modeling.training import ConfigurationError, parse_arguments, setup_training, train
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+# Enough for a few optimizer steps and evaluations of a tiny model in seconds.
+QUICK = [
+    "--max_train_samples", "200", "--max_tokens", "256", "--warmup_steps", "4", "--logging_steps", "1",
+    "--report_to", "none", "--disable_tqdm", "true",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def quick_args(output_dir: Path, *extra: str):
+    return parse_arguments([*QUICK, "--output_dir", str(output_dir), *extra], default_config=DEFAULT_CONFIG)
+
+
+def run_in_process(output_dir: Path, *extra: str) -> dict:
+    model_args, data_args, training_args, config_path = quick_args(output_dir, *extra)
+    return train(model_args, data_args, training_args, config_path=config_path)
+
+
+def log_by_step(output_dir: Path, key: str) -> dict[int, float]:
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
+
+
+# ---- 2 processes: accelerate launch --multi_gpu --num_processes 2 on CPU (gloo) --------------------------------------
+
+EVAL_SIZE, TEST_SIZE = 7, 5  # not multiples of 2 processes x 2 per batch: the last batches are padded with duplicates
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("ddp") / "model"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()),
+        str(TRAIN_SCRIPT), *QUICK, "--output_dir", str(output_dir), "--max_steps", "6", "--eval_steps", "3",
+        "--save_steps", "3", "--max_eval_samples", str(EVAL_SIZE), "--max_test_samples", str(TEST_SIZE),
+        "--per_device_eval_batch_size", "2", "--generation_num_beams", "2", "--report_to", "tensorboard",
+    ]
+    env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+    return output_dir, result
+
+
+def test_two_process_run_trains_evaluates_and_saves(ddp_run):
+    output_dir, result = ddp_run
+    assert "2 process(es)" in result.stdout
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    results = json.loads((output_dir / "all_results.json").read_text())
+    # Gathering padded the 7 and 5 sentences to 8 and 6 predictions; the scores cover exactly the sets.
+    assert results["eval_sentences"] == EVAL_SIZE and results["test_sentences"] == TEST_SIZE
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "modeling_annotated_transformer.py",
+                 "configuration_annotated_transformer.py", "README.md"):
+        assert (output_dir / name).is_file(), name
+    assert list(output_dir.glob("runs/*/events.out.tfevents.*")), "no TensorBoard log"
+    best = Path(state["best_model_checkpoint"]).name
+    saved = load_file(output_dir / "model.safetensors")
+    best_weights = load_file(output_dir / best / "model.safetensors")
+    assert all(torch.equal(saved[name], best_weights[name]) for name in saved), "the saved model is not the best"
+
+
+FRESH_PROCESS_CHECK = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["modeling"] = None  # the project package must not be needed: the folder carries its code
+    import sacrebleu
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    folder, sources, references = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    hypotheses = []
+    for source in sources:  # one at a time: no padding
+        generated = model.generate(**tokenizer([source], return_tensors="pt"), num_beams=2, max_length=33)
+        hypotheses.append(tokenizer.decode(generated[0], skip_special_tokens=True).strip())
+    print(json.dumps({
+        "class": type(model).__module__ + "." + type(model).__name__,
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "exact_match": 100 * sum(h == r for h, r in zip(hypotheses, references)) / len(references),
+    }))
+    """
+)
+
+
+def test_uploaded_contents_load_with_auto_classes_in_a_fresh_process_and_reproduce_the_scores(ddp_run, tmp_path):
+    output_dir, _ = ddp_run
+    files = hub_upload_files(output_dir)
+    assert not any(name.startswith("checkpoint-") for name in files)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md",
+            "modeling_annotated_transformer.py"} <= set(files)
+    upload = tmp_path / "as_uploaded"  # exactly what --push_to_hub would send
+    for name in files:
+        (upload / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(output_dir / name, upload / name)
+
+    validation = synthetic_task_dataset()["validation"].select(range(EVAL_SIZE))
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_CHECK, str(upload), json.dumps(list(validation["source"])),
+         json.dumps(list(validation["target"]))],
+        cwd=tmp_path, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    fresh = json.loads(result.stdout.strip().splitlines()[-1])
+    assert fresh["class"].startswith("transformers_modules.") and fresh["class"].endswith(
+        "AnnotatedTransformerForConditionalGeneration"
+    )
+    # The 2-process evaluation scored exactly the 7 validation sentences, as this single-process run does.
+    reported = json.loads((output_dir / "eval_results.json").read_text())
+    assert fresh["bleu"] == pytest.approx(reported["eval_bleu"], abs=1e-3)
+    assert fresh["exact_match"] == pytest.approx(reported["eval_exact_match"], abs=1e-3)
+
+
+def test_model_card_is_filled(ddp_run):
+    output_dir, _ = ddp_run
+    text = (output_dir / "README.md").read_text()
+    assert "{{" not in text and "{%" not in text
+    card = ModelCard.load(output_dir / "README.md")
+    assert card.data.library_name == "transformers" and "translation" in card.data.tags
+    results = json.loads((output_dir / "all_results.json").read_text())
+    bleu = card.data.eval_results[0]
+    assert (bleu.metric_type, bleu.dataset_split) == ("bleu", "validation")
+    assert bleu.metric_value == pytest.approx(results["eval_bleu"])
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in text  # the sacreBLEU signature
+    assert "accelerate launch --multi_gpu --num_processes 2 scripts/train.py" in text
+    assert "| d_model | 64 |" in text and "Noam (§5.3)" in text and "| validation | 7 |" in text
+
+
+def test_model_card_template_fields_must_all_be_given():
+    from modeling.model_card import render_model_card
+
+    with pytest.raises(ValueError, match="needs a value the context lacks: 'model_name' is undefined"):
+        render_model_card({"card_data": ""})
+
+
+def test_push_without_network_fails_clearly_and_leaves_the_folder_intact(ddp_run):
+    output_dir, _ = ddp_run
+
+    def snapshot():
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(output_dir.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    with pytest.raises(HubUploadError, match=r"Could not push .* as 'someone/transformer-copy'[\s\S]*saved locally"):
+        push_folder_to_hub(
+            output_dir, "someone/transformer-copy", token="hf_not_a_token", endpoint="http://127.0.0.1:9"
+        )
+    assert snapshot() == before
+
+
+# ---- in-process runs: resume, Noam in the Trainer, token-budget batches ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resume_runs(tmp_path_factory):
+    """The same 12 steps run straight through, and run as 6 steps, then resumed from checkpoint-6 to step 12."""
+    straight, interrupted = tmp_path_factory.mktemp("straight"), tmp_path_factory.mktemp("interrupted")
+    common = ["--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "64", "--max_tokens", "128",
+              "--max_eval_samples", "4", "--max_test_samples", "4"]
+    run_in_process(straight, *common, "--max_steps", "12")
+    run_in_process(interrupted, *common, "--max_steps", "6")
+    run_in_process(interrupted, *common, "--max_steps", "12", "--resume_from_checkpoint", "last")
+    return straight, interrupted
+
+
+def test_resume_continues_schedule_optimizer_and_data_order(resume_runs):
+    straight, resumed = resume_runs
+    state = json.loads((resumed / "trainer_state.json").read_text())
+    assert state["global_step"] == 12
+    epochs = log_by_step(resumed, "epoch")
+    assert 1 < epochs[6] < 2, "the interruption should fall inside the second epoch"
+    straight_loss, resumed_loss = log_by_step(straight, "loss"), log_by_step(resumed, "loss")
+    assert sorted(resumed_loss) == list(range(1, 13))
+    # Same batches, same optimizer moments, same learning rates, same dropout: the same losses after the resume.
+    for step in range(7, 13):
+        assert resumed_loss[step] == pytest.approx(straight_loss[step], rel=1e-4), step
+    assert log_by_step(resumed, "learning_rate") == pytest.approx(log_by_step(straight, "learning_rate"))
+    final_straight, final_resumed = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for name in final_straight:
+        torch.testing.assert_close(final_resumed[name], final_straight[name], rtol=1e-4, atol=1e-5)
+
+
+def test_trainer_follows_the_noam_schedule(resume_runs):
+    straight, _ = resume_runs
+    rates = log_by_step(straight, "learning_rate")
+    d_model, warmup = 64, 4  # the tiny preset; --warmup_steps 4
+    assert rates == pytest.approx({step: noam_learning_rate(step, d_model, warmup) for step in rates}, rel=1e-6)
+    assert max(rates, key=rates.get) == warmup
+
+
+def test_token_budget_batches_cover_each_pair_once_per_epoch(tmp_path):
+    max_tokens = 96
+    setup = setup_training(*quick_args(tmp_path, "--max_tokens", str(max_tokens), "--max_train_samples", "150")[:3])
+    dataloader = setup.trainer.get_train_dataloader()
+    sampler = dataloader.batch_sampler  # with several processes accelerate's BatchSamplerShard wraps ours
+    sampler = getattr(sampler, "batch_sampler", sampler)
+    orders = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        seen, order = 0, []
+        for batch in dataloader:
+            assert batch["input_ids"].numel() <= max_tokens and batch["labels"].numel() <= max_tokens
+            seen += batch["input_ids"].shape[0]
+            order.append(batch["input_ids"].shape)
+        assert seen == len(setup.tokenized["train"]) == 150
+        orders.append(order)
+    assert orders[0] != orders[1], "the batch order should change between epochs"
+
+
+def test_resumed_epoch_keeps_its_batch_order_under_several_processes():
+    """On resume the Trainer wraps accelerate's `BatchSamplerShard` in a `SkipBatchSampler`, which hides the
+    sampler's `set_epoch`; the trainer's callback still gives the sampler the resumed epoch."""
+    from accelerate.data_loader import BatchSamplerShard, SkipBatchSampler
+    from transformers import TrainerState
+
+    from modeling.batching import TokenBudgetBatchSampler
+    from modeling.trainer import _SetSamplerEpoch
+
+    lengths = [3 + i % 9 for i in range(120)]
+    sampler = TokenBudgetBatchSampler(lengths, lengths, 40, num_replicas=2, rank=None, seed=3)
+    shard = BatchSamplerShard(sampler, num_processes=2, process_index=1)  # what process 1 iterates
+    sampler.set_epoch(1)
+    uninterrupted = list(shard)
+    sampler.set_epoch(0)  # a restarted process
+    resumed = SkipBatchSampler(shard, skip_batches=2)  # what `skip_first_batches` builds for the resumed epoch
+    _SetSamplerEpoch(sampler).on_epoch_begin(None, TrainerState(epoch=1.4), None)
+    assert list(resumed) == uninterrupted[2:]
+
+
+def test_push_to_hub_after_training_fails_clearly_without_network(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_token")
+    with pytest.raises(HubUploadError, match="someone/copy-model"):
+        run_in_process(tmp_path, "--max_steps", "2", "--eval_strategy", "no", "--max_eval_samples", "4",
+                       "--max_test_samples", "4", "--push_to_hub", "--hub_model_id", "someone/copy-model")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(hub_upload_files(tmp_path))
+
+
+# ---- arguments -------------------------------------------------------------------------------------------------------
+
+
+def test_config_file_values_are_defaults_that_flags_override(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"preset": "base", "d_model": 32, "adam_epsilon": "1e-9", "max_steps": 7,
+                                      "norm_first": True, "lr_scheduler": "inverse_sqrt", "learning_rate": 5e-4}))
+    model_args, data_args, training_args, used = parse_arguments(["--config", str(config), "--d_model", "48"])
+    assert used == config
+    assert (model_args.preset, model_args.d_model, model_args.norm_first) == ("base", 48, True)
+    assert training_args.adam_epsilon == 1e-9 and training_args.max_steps == 7
+    assert training_args.lr_scheduler_type == "inverse_sqrt"
+    json_config = tmp_path / "run.json"
+    json_config.write_text(json.dumps({"max_tokens": 4096}))
+    assert parse_arguments(["--config", str(json_config)])[2].max_tokens == 4096
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lr_scheduler", "cosine_annealing"], r"Unknown --lr_scheduler 'cosine_annealing'; choose one of \['noam'"),
+        (["--lr_scheduler", "noam", "--warmup_steps", "0"], r"noam needs --warmup_steps > 0"),
+    ],
+)
+def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
+    with pytest.raises(ConfigurationError, match=message):
+        parse_arguments(argv)
+
+
+def test_unknown_config_keys_are_refused(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("d_modle: 32\n")
+    with pytest.raises(ConfigurationError, match=r"unknown argument\(s\) \['d_modle'\]"):
+        parse_arguments(["--config", str(config)])
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--preset", "huge"], r"Unknown model preset 'huge'; choose one of \['base', 'big', 'tiny'\]"),
+        (["--data_dir", "no/such/corpus"], r"--data_dir no/such/corpus does not exist"),
+        (["--max_tokens", "8"], r"--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
+        (["--max_length", "300"], r"--max_length 300 .* exceeds the 256 positions"),
+        (["--label_smoothing_factor", "0.1"], r"label smoothing is set twice"),
+    ],
+)
+def test_bad_arguments_fail_before_training(tmp_path, extra, message):
+    with pytest.raises(ConfigurationError, match=message):
+        run_in_process(tmp_path / "out", *extra)
+    assert not list((tmp_path / "out").glob("checkpoint-*")) and not (tmp_path / "out" / "trainer_state.json").exists()
+
+
+def test_command_line_reports_bad_arguments_without_a_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(TRAIN_SCRIPT), "--preset", "huge", "--output_dir", str(tmp_path / "out")],
+        cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert "train.py: error: Unknown model preset 'huge'; choose one of ['base', 'big', 'tiny']" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_two_process_resume_continues_from_the_saved_step(tmp_path):
+    """Interrupted after 6 steps (inside the second epoch) and resumed under 2 processes: the same losses as a
+    straight 12-step run."""
+
+    def launch(output_dir, *extra):
+        command = [
+            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(free_port()), str(TRAIN_SCRIPT), *QUICK, "--output_dir", str(output_dir),
+            "--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "128", "--max_tokens", "128",
+            "--max_eval_samples", "4", "--max_test_samples", "4", *extra,
+        ]
+        env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
+        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    launch(straight, "--max_steps", "12")
+    launch(resumed, "--max_steps", "6")
+    launch(resumed, "--max_steps", "12", "--resume_from_checkpoint", "last")
+    assert 1 < log_by_step(resumed, "epoch")[6] < 2
+    straight_loss, resumed_loss = log_by_step(straight, "loss"), log_by_step(resumed, "loss")
+    for step in range(7, 13):
+        assert resumed_loss[step] == pytest.approx(straight_loss[step], rel=1e-4), step
+
+
+# ---- the main job ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_main_job_learns_the_copy_task(tmp_path):
+    """`accelerate launch scripts/train.py` with no arguments (but another output_dir): > 95% exact match."""
+    result = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+         "--mixed_precision", "no", "--dynamo_backend", "no", str(TRAIN_SCRIPT), "--output_dir", str(tmp_path / "m")],
+        cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    test_results = json.loads((tmp_path / "m" / "test_results.json").read_text())
+    assert test_results["test_exact_match"] > 95
+    assert "python scripts/translate.py" in result.stdout and "exact match" in result.stdout
