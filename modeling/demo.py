@@ -1,7 +1,7 @@
 """The Annotated Transformer's first example, in plain PyTorch: a tiny model learns to copy random symbols.
 
-A self-contained smoke test of the model (no tokenizer, no data files, no Trainer): it is what
-`scripts/demo.py` runs and what the test suite checks.
+A self-contained check of the model alone (no tokenizer, no data files, no Trainer), run by the test suite;
+`scripts/train.py` trains the same task through the full pipeline.
 """
 
 import torch

@@ -580,6 +580,9 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
                 "model.encoder.embeddings.embed_tokens.weight": "model.shared.weight",
                 "model.decoder.embeddings.embed_tokens.weight": "model.shared.weight",
             }
+            # Stored once as `model.shared.weight`; the Trainer, reloading a checkpoint, re-ties these instead of
+            # reporting them missing.
+            self._keys_to_ignore_on_save = list(self._tied_weights_keys)
         else:
             self._tied_weights_keys = None
         self.post_init()

@@ -90,3 +90,16 @@ def test_fresh_process_loads_with_trust_remote_code(tmp_path):
     assert report["generated"] == expected.tolist()
     logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids).logits
     assert report["logits_sum"] == pytest.approx(logits.sum().item(), rel=1e-5)
+
+
+def test_checkpoint_state_dict_misses_only_the_tied_aliases(tmp_path):
+    """What the Trainer checks when it reloads the best checkpoint: the keys a tied checkpoint lacks are exactly
+    `_keys_to_ignore_on_save`, so it re-ties them instead of warning about missing weights."""
+    model = tiny_model(seed=4)
+    model.save_pretrained(tmp_path)
+    fresh = tiny_model(seed=5)
+    result = fresh.load_state_dict(load_file(tmp_path / "model.safetensors"), strict=False)
+    assert set(result.missing_keys) == set(fresh._keys_to_ignore_on_save)
+    assert not result.unexpected_keys
+    fresh.tie_weights()
+    assert torch.equal(fresh.lm_head.weight, model.lm_head.weight)
