@@ -129,6 +129,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
     args: TransformerTrainingArguments
 
+    @property
+    def precision(self) -> str:
+        """What the training steps compute in, as accelerate set it up (--bf16/--fp16 or accelerate's config)."""
+        return {"no": "fp32"}.get(self.accelerator.mixed_precision, self.accelerator.mixed_precision)
+
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if getattr(self.args, "lr_scheduler", None) != NOAM:
             return super().create_scheduler(num_training_steps, optimizer)

@@ -366,8 +366,13 @@ def _default_generation_settings(training_args, data_args: DataArguments) -> Non
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def launch_command(argv: Sequence[str], world_size: int) -> str:
-    launcher = "accelerate launch" + (f" --multi_gpu --num_processes {world_size}" if world_size > 1 else "")
+def launch_command(argv: Sequence[str], world_size: int, distributed_type: str = "NO") -> str:
+    """The command line of this run, for the model card (accelerate's config file, if any, is not visible here)."""
+    launcher = "accelerate launch"
+    if distributed_type == "FSDP":
+        launcher += f" --use_fsdp --num_processes {world_size}"
+    elif world_size > 1:
+        launcher += f" --multi_gpu --num_processes {world_size}"
     return f"{launcher} scripts/train.py {shlex.join(argv)}".strip()
 
 
@@ -458,7 +463,8 @@ def train(
             f"Model: preset {model_args.preset!r}, d_model {model.config.d_model}, {model.config.encoder_layers}+"
             f"{model.config.decoder_layers} layers, {parameters:,} parameters; vocabulary {len(tokenizer)}; "
             f"pairs {', '.join(f'{split} {len(corpus[split])}' for split in corpus)}; "
-            f"{training_args.world_size} process(es)"
+            f"{training_args.world_size} process(es) on {training_args.device.type} "
+            f"({trainer.accelerator.distributed_type.value}, {trainer.precision})"
         )
 
     train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
@@ -483,9 +489,10 @@ def train(
 
     if trainer.is_world_process_zero():
         trainer.save_metrics("all", metrics)
+        command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
         context = model_card_context(
             trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
-            config_path=config_path, command=launch_command(argv, training_args.world_size),
+            config_path=config_path, command=command,
         )
         write_model_card(training_args.output_dir, context)
         print_summary(training_args.output_dir, results, corpus)
@@ -575,7 +582,7 @@ def model_card_context(
          f"{training_args.world_size} x {training_args.gradient_accumulation_steps}"),
         ("optimizer steps", state.global_step),
         ("epochs", f"{state.epoch:.2f}" if state.epoch is not None else "n/a"),
-        ("precision", "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"),
+        ("precision", trainer.precision),
         ("seed", training_args.seed),
     ]
     if synthetic:

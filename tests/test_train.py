@@ -9,16 +9,15 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from huggingface_hub import ModelCard
+from launch_helpers import OFFLINE_ENV, QUICK, REPO_ROOT, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
 from safetensors.torch import load_file
 
 from modeling.data import synthetic_task_dataset
@@ -26,22 +25,7 @@ from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.schedule import noam_learning_rate
 from modeling.training import ConfigurationError, parse_arguments, setup_training, train
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-# Enough for a few optimizer steps and evaluations of a tiny model in seconds.
-QUICK = [
-    "--max_train_samples", "200", "--max_tokens", "256", "--warmup_steps", "4", "--logging_steps", "1",
-    "--report_to", "none", "--disable_tqdm", "true",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def quick_args(output_dir: Path, *extra: str):
@@ -66,23 +50,19 @@ EVAL_SIZE, TEST_SIZE = 7, 5  # not multiples of 2 processes x 2 per batch: the l
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("ddp") / "model"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()),
-        str(TRAIN_SCRIPT), *QUICK, "--output_dir", str(output_dir), "--max_steps", "6", "--eval_steps", "3",
-        "--save_steps", "3", "--max_eval_samples", str(EVAL_SIZE), "--max_test_samples", str(TEST_SIZE),
-        "--per_device_eval_batch_size", "2", "--generation_num_beams", "2", "--report_to", "tensorboard",
-    ]
-    env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+    result = accelerate_launch(
+        ["--multi_gpu", "--num_processes", "2", "--mixed_precision", "no"],
+        [*QUICK, "--output_dir", str(output_dir), "--max_steps", "6", "--eval_steps", "3", "--save_steps", "3",
+         "--max_eval_samples", str(EVAL_SIZE), "--max_test_samples", str(TEST_SIZE), "--per_device_eval_batch_size",
+         "2", "--generation_num_beams", "2", "--report_to", "tensorboard"],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     return output_dir, result
 
 
 def test_two_process_run_trains_evaluates_and_saves(ddp_run):
     output_dir, result = ddp_run
-    assert "2 process(es)" in result.stdout
+    assert "2 process(es) on cpu (MULTI_CPU, fp32)" in result.stdout  # DDP over gloo, not 2 separate runs
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 6
     results = json.loads((output_dir / "all_results.json").read_text())
@@ -99,28 +79,6 @@ def test_two_process_run_trains_evaluates_and_saves(ddp_run):
     assert all(torch.equal(saved[name], best_weights[name]) for name in saved), "the saved model is not the best"
 
 
-FRESH_PROCESS_CHECK = textwrap.dedent(
-    """
-    import json, sys
-    sys.modules["modeling"] = None  # the project package must not be needed: the folder carries its code
-    import sacrebleu
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-    folder, sources, references = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-    hypotheses = []
-    for source in sources:  # one at a time: no padding
-        generated = model.generate(**tokenizer([source], return_tensors="pt"), num_beams=2, max_length=33)
-        hypotheses.append(tokenizer.decode(generated[0], skip_special_tokens=True).strip())
-    print(json.dumps({
-        "class": type(model).__module__ + "." + type(model).__name__,
-        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-        "exact_match": 100 * sum(h == r for h, r in zip(hypotheses, references)) / len(references),
-    }))
-    """
-)
-
-
 def test_uploaded_contents_load_with_auto_classes_in_a_fresh_process_and_reproduce_the_scores(ddp_run, tmp_path):
     output_dir, _ = ddp_run
     files = hub_upload_files(output_dir)
@@ -133,13 +91,7 @@ def test_uploaded_contents_load_with_auto_classes_in_a_fresh_process_and_reprodu
         shutil.copy2(output_dir / name, upload / name)
 
     validation = synthetic_task_dataset()["validation"].select(range(EVAL_SIZE))
-    result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS_CHECK, str(upload), json.dumps(list(validation["source"])),
-         json.dumps(list(validation["target"]))],
-        cwd=tmp_path, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    fresh = json.loads(result.stdout.strip().splitlines()[-1])
+    fresh = score_in_a_fresh_process(upload, validation["source"], validation["target"], cwd=tmp_path)
     assert fresh["class"].startswith("transformers_modules.") and fresh["class"].endswith(
         "AnnotatedTransformerForConditionalGeneration"
     )
@@ -344,16 +296,13 @@ def test_two_process_resume_continues_from_the_saved_step(tmp_path):
     straight 12-step run."""
 
     def launch(output_dir, *extra):
-        command = [
-            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", str(free_port()), str(TRAIN_SCRIPT), *QUICK, "--output_dir", str(output_dir),
-            "--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "128", "--max_tokens", "128",
-            "--max_eval_samples", "4", "--max_test_samples", "4", *extra,
-        ]
-        env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
-        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+        accelerate_launch(
+            ["--multi_gpu", "--num_processes", "2", "--mixed_precision", "no"],
+            [*QUICK, "--output_dir", str(output_dir), "--eval_strategy", "no", "--save_steps", "6",
+             "--max_train_samples", "128", "--max_tokens", "128", "--max_eval_samples", "4", "--max_test_samples", "4",
+             *extra],
+            env={"OMP_NUM_THREADS": "1"},
+        )
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     launch(straight, "--max_steps", "12")
@@ -371,12 +320,9 @@ def test_two_process_resume_continues_from_the_saved_step(tmp_path):
 @pytest.mark.slow
 def test_main_job_learns_the_copy_task(tmp_path):
     """`accelerate launch scripts/train.py` with no arguments (but another output_dir): > 95% exact match."""
-    result = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", str(TRAIN_SCRIPT), "--output_dir", str(tmp_path / "m")],
-        cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=1200,
+    result = accelerate_launch(
+        ["--num_processes", "1", "--mixed_precision", "no"], ["--output_dir", str(tmp_path / "m")], timeout=1200
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     test_results = json.loads((tmp_path / "m" / "test_results.json").read_text())
     assert test_results["test_exact_match"] > 95
     assert "python scripts/translate.py" in result.stdout and "exact match" in result.stdout

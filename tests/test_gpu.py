@@ -1,0 +1,75 @@
+"""The model and scripts/train.py on CUDA GPUs: bf16 chosen automatically, SDPA against eager attention in bf16,
+cached generation, the main job, and the example accelerate configs (configs/accelerate_ddp.yaml, _fsdp.yaml).
+
+Skipped where there is no CUDA GPU (the CI machine); on a GPU machine `python -m pytest -m gpu` runs them. accelerate
+ignores FSDP without a GPU, so the FSDP config can only be checked here.
+"""
+
+import json
+import re
+
+import pytest
+import torch
+from launch_helpers import REPO_ROOT, accelerate_launch, score_in_a_fresh_process
+from model_helpers import padded_batch, tiny_model
+from safetensors.torch import load_file
+
+from modeling.data import synthetic_task_dataset
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+GPUS = torch.cuda.device_count()
+
+
+def test_sdpa_agrees_with_eager_in_bf16():
+    eager = tiny_model(attn_implementation="eager").cuda().to(torch.bfloat16)
+    sdpa = tiny_model(attn_implementation="sdpa").cuda().to(torch.bfloat16)
+    input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch())
+    decoder_input_ids = input_ids[:, :5].clone()
+    with torch.no_grad():
+        logits = [
+            model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+            for model in (eager, sdpa)
+        ]
+    assert not logits[0].isnan().any()
+    torch.testing.assert_close(logits[1].float(), logits[0].float(), rtol=0.05, atol=0.05)
+
+
+def test_cached_generation_equals_uncached_on_the_gpu():
+    model = tiny_model().cuda()
+    input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch())
+    settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=3, max_length=12)
+    assert torch.equal(model.generate(**settings, use_cache=True), model.generate(**settings, use_cache=False))
+
+
+def test_main_job_on_one_gpu_trains_in_bf16_and_learns_the_copy_task(tmp_path):
+    output_dir = tmp_path / "model"
+    result = accelerate_launch(["--num_processes", "1"], ["--output_dir", str(output_dir)], timeout=1200)
+    assert "1 process(es) on cuda (NO, bf16)" in result.stdout  # bf16 chosen without being asked for
+    assert json.loads((output_dir / "test_results.json").read_text())["test_exact_match"] > 95
+    assert "| precision | bf16 |" in (output_dir / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "config, distributed_type", [("accelerate_ddp.yaml", "MULTI_GPU"), ("accelerate_fsdp.yaml", "FSDP")]
+)
+def test_example_accelerate_configs_train_and_save_a_complete_loadable_model(tmp_path, config, distributed_type):
+    if distributed_type == "MULTI_GPU" and GPUS < 2:
+        distributed_type = "(MULTI_GPU|NO)"  # one process: accelerate may leave DDP out
+    output_dir = tmp_path / "model"
+    result = accelerate_launch(  # the main job's copy task, with fewer sentences to evaluate
+        ["--config_file", str(REPO_ROOT / "configs" / config), "--num_processes", str(GPUS)],
+        ["--output_dir", str(output_dir), "--max_eval_samples", "50", "--max_test_samples", "50"],
+        timeout=1200,
+    )
+    assert re.search(rf"{GPUS} process\(es\) on cuda \({distributed_type}, bf16\)", result.stdout), result.stdout
+    # Full (not sharded) tensors, the tied matrix once: a folder from_pretrained loads, which has learned the task.
+    saved = load_file(output_dir / "model.safetensors")
+    assert saved["model.shared.weight"].shape == (270, 64) and "lm_head.weight" not in saved
+    assert json.loads((output_dir / "test_results.json").read_text())["test_exact_match"] > 95
+    validation = synthetic_task_dataset()["validation"].select(range(50))
+    fresh = score_in_a_fresh_process(output_dir, validation["source"], validation["target"], cwd=tmp_path)
+    assert fresh["exact_match"] > 95
