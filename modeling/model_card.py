@@ -7,12 +7,16 @@ the Hub reads the languages, license, tags and the results table (`model-index`)
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .data import SYNTHETIC_TASKS
+from .schedule import NOAM
 
 TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_card.md"
 
@@ -89,4 +93,133 @@ def write_model_card(
     return path
 
 
-__all__ = ["PAPER_TAGS", "TEMPLATE_PATH", "card_data", "render_model_card", "write_model_card"]
+def model_card_context(
+    trainer, model_args, data_args, training_args, corpus, filter_report, results, signatures, *, config_path,
+    command,
+) -> dict:
+    """Every field `model_card.md` uses, from a finished training run: the architecture and hyperparameters as
+    trained, the data and its filtering, the results with their sacreBLEU signatures, and the exact command."""
+    config = trainer.model.config
+    output_dir = Path(training_args.output_dir)
+    model_name = training_args.hub_model_id or output_dir.name
+    synthetic = data_args.data_dir is None and (data_args.dataset_name in (None, *SYNTHETIC_TASKS))
+    task = (data_args.dataset_name or "copy") if synthetic else None
+    dataset_id = (
+        f"synthetic-{task}" if synthetic
+        else data_args.dataset_name or Path(data_args.data_dir).resolve().name
+    )
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    parameters = sum(parameter.numel() for parameter in trainer.model.parameters())
+    if config.norm_first:
+        norm = "pre-norm: x + Sublayer(LayerNorm(x))"
+    else:
+        norm = "post-norm: LayerNorm(x + Sublayer(x)) (§3.1)"
+    architecture = [
+        ("preset", model_args.preset),
+        ("d_model", config.d_model),
+        ("layers (encoder + decoder)", f"{config.encoder_layers} + {config.decoder_layers}"),
+        ("attention heads", f"{config.encoder_attention_heads} (encoder), {config.decoder_attention_heads} (decoder)"),
+        ("d_ff", f"{config.encoder_ffn_dim} (encoder), {config.decoder_ffn_dim} (decoder)"),
+        ("residual connections", norm),
+        ("positional encoding", f"sinusoidal (§3.5), {config.max_position_embeddings} positions"),
+        ("embeddings", "shared source/target/output matrix (§3.4)" if config.tie_word_embeddings else "separate"),
+        ("vocabulary", config.vocab_size),
+        ("parameters", f"{parameters:,}"),
+    ]
+    if training_args.lr_scheduler == NOAM:
+        schedule = (
+            f"Noam (§5.3): {training_args.learning_rate} * d_model^-0.5 * min(step^-0.5, step * "
+            f"{training_args.warmup_steps:g}^-1.5)"
+        )
+    else:
+        schedule = (
+            f"{training_args.lr_scheduler}, peak {training_args.learning_rate}, warm-up {training_args.warmup_steps:g}"
+        )
+    if training_args.max_tokens is not None:
+        batch = f"at most {training_args.max_tokens} padded source and target tokens per process (§5.1)"
+    else:
+        batch = f"{training_args.per_device_train_batch_size} pairs per process"
+    smoothing = (
+        f"{config.label_smoothing} (§5.4, the model's loss, padding excluded)" if config.label_smoothing
+        else f"{training_args.label_smoothing_factor} (transformers' LabelSmoother)"
+    )
+    state = trainer.state
+    hyperparameters = [
+        ("optimizer", f"Adam, beta1 {training_args.adam_beta1}, beta2 {training_args.adam_beta2}, "
+                      f"epsilon {training_args.adam_epsilon:g}, weight decay {training_args.weight_decay}"),
+        ("learning-rate schedule", schedule),
+        ("label smoothing", smoothing),
+        ("dropout", config.dropout),
+        ("batch", batch),
+        ("processes x gradient accumulation",
+         f"{training_args.world_size} x {training_args.gradient_accumulation_steps}"),
+        ("optimizer steps", state.global_step),
+        ("epochs", f"{state.epoch:.2f}" if state.epoch is not None else "n/a"),
+        ("precision", trainer.precision),
+        ("seed", training_args.seed),
+    ]
+    if synthetic:
+        data_description = (
+            f"The embedded synthetic {task} task of The Annotated Transformer: sequences of space-separated symbols, "
+            f"the target being the source{' reversed' if task == 'reverse' else ''}."
+        )
+    else:
+        where = data_args.dataset_name or data_args.data_dir
+        pair = f"{source_lang or 'source'} -> {target_lang or 'target'}"
+        data_description = f"Parallel corpus `{where}`, {pair}."
+    data_splits = [{"split": split, **filter_report[split]} for split in filter_report]
+    best = state.best_model_checkpoint
+    best_note = ""
+    if best and training_args.load_best_model_at_end:
+        best_note = f" (the best on validation {training_args.metric_for_best_model}: {Path(best).name})"
+    example = corpus["test" if "test" in corpus else "train"][0]["source"]
+    config_text = config_path.read_text(encoding="utf-8").strip() if config_path is not None else None
+    return {
+        "card_data": card_data(
+            model_name, results, source_lang=source_lang, target_lang=target_lang, dataset_id=dataset_id,
+            dataset_name=dataset_id,
+        ),
+        "model_name": model_name,
+        "model_id": training_args.hub_model_id or str(output_dir),
+        "task_description": (
+            f"the {task} task" if synthetic else f"translation {source_lang or 'source'} -> {target_lang or 'target'}"
+        ),
+        "example_source": example.replace('"', '\\"'),
+        "num_beams": training_args.generation_num_beams,
+        "architecture": architecture,
+        "hyperparameters": hyperparameters,
+        "data_description": data_description,
+        "data_splits": data_splits,
+        "tokenizer_description": (
+            f"byte-level BPE, {len(trainer.processing_class)} tokens, trained on the training split"
+            if data_args.tokenizer_name_or_path is None else f"from {data_args.tokenizer_name_or_path}"
+        ),
+        "best_checkpoint_note": best_note,
+        "results": [{**row, **{k: _format(row[k]) for k in ("bleu", "chrf", "exact_match")}} for row in results],
+        "signatures": signatures or {"bleu": "n/a", "chrf": "n/a"},
+        "command": command,
+        "config_file": _display_path(config_path) if config_path is not None else None,
+        "config_is_default": config_path is not None and " --config" not in command,
+        "config_text": config_text,
+        "intended_use": (
+            "A demonstration that the training pipeline works end to end: it copies symbol sequences."
+            if synthetic
+            else "Research on and teaching of the Transformer; translation of text like the training corpus."
+        ),
+        "max_length": data_args.max_length,
+    }
+
+
+def _display_path(path: Path) -> str:
+    """`path` relative to the current directory when it lies below it (as a user would type it)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _format(value) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) and not math.isnan(value) else str(value)
+
+
+__all__ = ["PAPER_TAGS", "TEMPLATE_PATH", "card_data", "model_card_context", "render_model_card", "write_model_card"]
