@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 
+import psutil
 import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
@@ -73,6 +74,13 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     ddp_find_unused_parameters: bool | None = field(
         default=False, metadata={"help": "Every parameter gets a gradient, so DDP need not search for unused ones."}
     )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Threads per process when training on a CPU. By default the CPU cores are shared out among this "
+            "machine's processes, as `accelerate launch --cpu` does (without --cpu it gives every process 1 thread)."
+        },
+    )
     auto_mixed_precision: bool = field(
         default=True,
         metadata={
@@ -98,6 +106,10 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         if not has_gpu and not self.use_cpu:
             # Without it `accelerate launch --num_processes 2` on a CPU machine runs two independent trainings.
             self.use_cpu = True
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"--cpu_threads must be at least 1, got {self.cpu_threads}.")
+        if self.use_cpu:
+            torch.set_num_threads(self.cpu_threads or cpu_threads_per_process())
         precision_chosen = self.bf16 or self.fp16 or os.environ.get("ACCELERATE_MIXED_PRECISION", "no") != "no"
         if self.auto_mixed_precision and has_gpu and not self.use_cpu and not precision_chosen:
             if torch.cuda.is_bf16_supported():
@@ -105,6 +117,18 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             else:
                 self.fp16 = True
         super().__post_init__()
+
+
+def cpu_threads_per_process() -> int:
+    """The CPU cores this process may use divided by the processes on this machine (what `accelerate launch --cpu`
+    sets) where `accelerate launch` left its default of 1 thread (OMP_NUM_THREADS=1, as it sets without --cpu);
+    otherwise the threads torch has now (its default, or the OMP_NUM_THREADS a user chose)."""
+    launched_by_accelerate = "ACCELERATE_MIXED_PRECISION" in os.environ
+    if not launched_by_accelerate or os.environ.get("OMP_NUM_THREADS") != "1":
+        return torch.get_num_threads()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = min(psutil.cpu_count(logical=False) or usable, usable)
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 class _SetSamplerEpoch(TrainerCallback):
@@ -191,4 +215,4 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         return self.accelerator.prepare(dataloader)
 
 
-__all__ = ["LR_SCHEDULERS", "TransformerSeq2SeqTrainer", "TransformerTrainingArguments"]
+__all__ = ["LR_SCHEDULERS", "cpu_threads_per_process", "TransformerSeq2SeqTrainer", "TransformerTrainingArguments"]

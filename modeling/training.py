@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
 from transformers.trainer_utils import get_last_checkpoint
@@ -463,7 +464,8 @@ def train(
             f"{model.config.decoder_layers} layers, {parameters:,} parameters; vocabulary {len(tokenizer)}; "
             f"pairs {', '.join(f'{split} {len(corpus[split])}' for split in corpus)}; "
             f"{training_args.world_size} process(es) on {training_args.device.type} "
-            f"({trainer.accelerator.distributed_type.value}, {trainer.precision})"
+            f"({trainer.accelerator.distributed_type.value}, {trainer.precision}"
+            f"{f', {torch.get_num_threads()} thread(s)' if training_args.use_cpu else ''})"
         )
 
     train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)

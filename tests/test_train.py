@@ -8,11 +8,13 @@ Runs are tiny (a few optimizer steps on the embedded copy task); the full main j
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
@@ -23,6 +25,7 @@ from safetensors.torch import load_file
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.schedule import noam_learning_rate
+from modeling.trainer import cpu_threads_per_process
 from modeling.training import ConfigurationError, parse_arguments, setup_training, train
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
@@ -62,7 +65,7 @@ def ddp_run(tmp_path_factory):
 
 def test_two_process_run_trains_evaluates_and_saves(ddp_run):
     output_dir, result = ddp_run
-    assert "2 process(es) on cpu (MULTI_CPU, fp32)" in result.stdout  # DDP over gloo, not 2 separate runs
+    assert re.search(r"2 process\(es\) on cpu \(MULTI_CPU, fp32, \d+ thread\(s\)\)", result.stdout)  # DDP, gloo
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 6
     results = json.loads((output_dir / "all_results.json").read_text())
@@ -228,6 +231,32 @@ def test_push_to_hub_after_training_fails_clearly_without_network(tmp_path, monk
 
 
 # ---- arguments -------------------------------------------------------------------------------------------------------
+
+
+def test_cpu_threads_are_shared_out_where_accelerate_launch_left_one(monkeypatch):
+    cores = min(psutil.cpu_count(logical=False), len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # accelerate launch's default without --cpu
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert cpu_threads_per_process() == max(1, cores // 2)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert cpu_threads_per_process() == cores
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # chosen by the user: torch's count stands
+    assert cpu_threads_per_process() == torch.get_num_threads()
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")  # not under accelerate launch
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cpu_threads_per_process() == torch.get_num_threads()
+
+
+def test_cpu_threads_argument_sets_torch_threads_and_is_checked():
+    before = torch.get_num_threads()
+    try:
+        parse_arguments(["--cpu_threads", "1"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigurationError, match="--cpu_threads must be at least 1, got 0"):
+        parse_arguments(["--cpu_threads", "0"])
 
 
 def test_config_file_values_are_defaults_that_flags_override(tmp_path):
