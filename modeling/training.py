@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import datasets
 import torch
 import yaml
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
@@ -401,6 +402,8 @@ def setup_training(
     _default_generation_settings(training_args, data_args)
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, after saving
     set_seed(training_args.seed)
+    if training_args.disable_tqdm:
+        datasets.disable_progress_bars()  # `datasets`' own bars (map, filter) too, not only the Trainer's
 
     corpus = load_corpus(data_args)
     tokenizer = get_tokenizer(data_args, corpus, training_args, checkpoint, model_args)
