@@ -24,18 +24,19 @@ pytestmark = [
 GPUS = torch.cuda.device_count()
 
 
-def test_sdpa_agrees_with_eager_in_bf16():
-    eager = tiny_model(attn_implementation="eager").cuda().to(torch.bfloat16)
-    sdpa = tiny_model(attn_implementation="sdpa").cuda().to(torch.bfloat16)
+def test_sdpa_in_bf16_is_as_accurate_as_eager_in_bf16():
+    """Against the fp32 eager logits, SDPA's bf16 error is of the size of eager attention's own bf16 error."""
     input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch())
-    decoder_input_ids = input_ids[:, :5].clone()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :5].clone())
     with torch.no_grad():
-        logits = [
-            model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
-            for model in (eager, sdpa)
-        ]
-    assert not logits[0].isnan().any()
-    torch.testing.assert_close(logits[1].float(), logits[0].float(), rtol=0.05, atol=0.05)
+        reference = tiny_model(attn_implementation="eager").cuda()(**inputs).logits
+        errors = {}
+        for implementation in ("eager", "sdpa"):
+            model = tiny_model(attn_implementation=implementation).cuda().to(torch.bfloat16)
+            logits = model(**inputs).logits.float()
+            assert not logits.isnan().any()
+            errors[implementation] = (logits - reference).abs().max().item()
+    assert errors["sdpa"] <= max(2 * errors["eager"], 0.02), errors
 
 
 def test_cached_generation_equals_uncached_on_the_gpu():
