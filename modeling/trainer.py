@@ -108,8 +108,6 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             self.use_cpu = True
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"--cpu_threads must be at least 1, got {self.cpu_threads}.")
-        if self.use_cpu:
-            torch.set_num_threads(self.cpu_threads or cpu_threads_per_process())
         precision_chosen = self.bf16 or self.fp16 or os.environ.get("ACCELERATE_MIXED_PRECISION", "no") != "no"
         if self.auto_mixed_precision and has_gpu and not self.use_cpu and not precision_chosen:
             if torch.cuda.is_bf16_supported():
@@ -157,6 +155,14 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
     def precision(self) -> str:
         """What the training steps compute in, as accelerate set it up (--bf16/--fp16 or accelerate's config)."""
         return {"no": "fp32"}.get(self.accelerator.mixed_precision, self.accelerator.mixed_precision)
+
+    @property
+    def run_description(self) -> str:
+        """How this run computes, e.g. "2 process(es) on cpu (MULTI_CPU, fp32, 1 thread(s))"."""
+        details = [self.accelerator.distributed_type.value, self.precision]
+        if self.args.use_cpu:
+            details.append(f"{torch.get_num_threads()} thread(s)")
+        return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if getattr(self.args, "lr_scheduler", None) != NOAM:

@@ -36,7 +36,7 @@ from .model_card import model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 from .schedule import NOAM
 from .tokenization import dataset_texts, load_tokenizers, train_tokenizer
-from .trainer import TransformerSeq2SeqTrainer, TransformerTrainingArguments
+from .trainer import TransformerSeq2SeqTrainer, TransformerTrainingArguments, cpu_threads_per_process
 
 logger = logging.getLogger(__name__)
 
@@ -367,7 +367,7 @@ def _default_generation_settings(training_args, data_args: DataArguments) -> Non
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def launch_command(argv: Sequence[str], world_size: int, distributed_type: str = "NO") -> str:
+def launch_command(argv: Sequence[str], world_size: int, distributed_type: str) -> str:
     """The command line of this run, for the model card (accelerate's config file, if any, is not visible here)."""
     launcher = "accelerate launch"
     if distributed_type == "FSDP":
@@ -402,6 +402,8 @@ def setup_training(
     _default_generation_settings(training_args, data_args)
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, after saving
     set_seed(training_args.seed)
+    if training_args.use_cpu:
+        torch.set_num_threads(training_args.cpu_threads or cpu_threads_per_process())
     if training_args.disable_tqdm:
         datasets.disable_progress_bars()  # `datasets`' own bars (map, filter) too, not only the Trainer's
 
@@ -466,9 +468,7 @@ def train(
             f"Model: preset {model_args.preset!r}, d_model {model.config.d_model}, {model.config.encoder_layers}+"
             f"{model.config.decoder_layers} layers, {parameters:,} parameters; vocabulary {len(tokenizer)}; "
             f"pairs {', '.join(f'{split} {len(corpus[split])}' for split in corpus)}; "
-            f"{training_args.world_size} process(es) on {training_args.device.type} "
-            f"({trainer.accelerator.distributed_type.value}, {trainer.precision}"
-            f"{f', {torch.get_num_threads()} thread(s)' if training_args.use_cpu else ''})"
+            + trainer.run_description
         )
 
     train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)

@@ -248,10 +248,11 @@ def test_cpu_threads_are_shared_out_where_accelerate_launch_left_one(monkeypatch
     assert cpu_threads_per_process() == torch.get_num_threads()
 
 
-def test_cpu_threads_argument_sets_torch_threads_and_is_checked():
+def test_cpu_threads_argument_sets_torch_threads_and_is_checked(tmp_path):
     before = torch.get_num_threads()
     try:
-        parse_arguments(["--cpu_threads", "1"])
+        torch.set_num_threads(2)
+        setup_training(*quick_args(tmp_path, "--cpu_threads", "1")[:3])
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
