@@ -85,7 +85,7 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         default=True,
         metadata={
             "help": "On a CUDA GPU, train in bf16 (fp16 where bf16 is missing) unless --bf16/--fp16 or accelerate's "
-            "--mixed_precision chose a precision; on a CPU train in fp32."
+            "--mixed_precision chose a precision; on a CPU train in fp32 (--bf16 works there, --fp16 does not)."
         },
     )
 
@@ -108,7 +108,14 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             self.use_cpu = True
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"--cpu_threads must be at least 1, got {self.cpu_threads}.")
-        precision_chosen = self.bf16 or self.fp16 or os.environ.get("ACCELERATE_MIXED_PRECISION", "no") != "no"
+        launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+        if self.use_cpu and (self.fp16 or (launcher_precision == "fp16" and not self.bf16)):
+            # accelerate has no fp16 autocast on a CPU: it would train in fp32 while the run claims fp16.
+            raise ValueError(
+                "fp16 mixed precision needs a GPU (--fp16 or accelerate's --mixed_precision fp16); on a CPU use "
+                "--bf16 true or leave the precision out (fp32)."
+            )
+        precision_chosen = self.bf16 or self.fp16 or launcher_precision != "no"
         if self.auto_mixed_precision and has_gpu and not self.use_cpu and not precision_chosen:
             if torch.cuda.is_bf16_supported():
                 self.bf16 = True

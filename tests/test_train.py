@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import ModelCard
-from launch_helpers import OFFLINE_ENV, QUICK, REPO_ROOT, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
+from launch_helpers import QUICK, SCRIPT_ENV, REPO_ROOT, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
 from safetensors.torch import load_file
 
 from modeling.data import synthetic_task_dataset
@@ -219,6 +219,24 @@ def test_resumed_epoch_keeps_its_batch_order_under_several_processes():
     assert list(resumed) == uninterrupted[2:]
 
 
+def test_bf16_on_the_cpu_autocasts_the_steps_and_keeps_fp32_weights(tmp_path):
+    common = ["--max_steps", "2", "--eval_strategy", "no", "--max_eval_samples", "4", "--max_test_samples", "4"]
+    run_in_process(tmp_path / "fp32", *common)
+    run_in_process(tmp_path / "bf16", *common, "--bf16", "true")
+    full, mixed = log_by_step(tmp_path / "fp32", "loss"), log_by_step(tmp_path / "bf16", "loss")
+    assert mixed == pytest.approx(full, rel=1e-2) and mixed != full  # the same steps, computed in bf16
+    assert {tensor.dtype for tensor in load_file(tmp_path / "bf16" / "model.safetensors").values()} == {torch.float32}
+    assert "| precision | bf16 |" in (tmp_path / "bf16" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("argv, environment", [(["--fp16", "true"], "no"), ([], "fp16")])
+def test_fp16_on_the_cpu_is_refused_rather_than_silently_run_in_fp32(monkeypatch, argv, environment):
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", environment)  # what `accelerate launch --mixed_precision` sets
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigurationError, match=r"fp16 mixed precision needs a GPU .* on a CPU use --bf16 true"):
+        parse_arguments(argv)
+
+
 def test_push_to_hub_after_training_fails_clearly_without_network(tmp_path, monkeypatch):
     import huggingface_hub.constants
 
@@ -312,11 +330,21 @@ def test_bad_arguments_fail_before_training(tmp_path, extra, message):
 def test_command_line_reports_bad_arguments_without_a_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, str(TRAIN_SCRIPT), "--preset", "huge", "--output_dir", str(tmp_path / "out")],
-        cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV}, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
     assert "train.py: error: Unknown model preset 'huge'; choose one of ['base', 'big', 'tiny']" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_accelerate_launch_with_fp16_on_the_cpu_stops_before_training(tmp_path):
+    result = accelerate_launch(
+        ["--num_processes", "1", "--mixed_precision", "fp16"], ["--output_dir", str(tmp_path / "out")],
+        env={"CUDA_VISIBLE_DEVICES": ""}, check=False,
+    )
+    assert result.returncode != 0
+    assert "train.py: error: fp16 mixed precision needs a GPU" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
