@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import ModelCard
-from launch_helpers import QUICK, SCRIPT_ENV, REPO_ROOT, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
+from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
 from safetensors.torch import load_file
 
 from modeling.data import synthetic_task_dataset
