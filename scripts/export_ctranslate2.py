@@ -1,0 +1,39 @@
+"""Convert a trained model folder to a CTranslate2 model (with its tokenizer and generation settings beside it).
+
+    python scripts/export_ctranslate2.py outputs/multi30k outputs/multi30k-ct2
+    python scripts/export_ctranslate2.py outputs/multi30k outputs/multi30k-ct2-int8 --quantization int8 --force
+
+Needs `pip install ctranslate2` (or the `ctranslate2` extra). Translate with the result through
+`modeling.ctranslate2_export.translate_ctranslate2`.
+"""
+
+import argparse
+
+from modeling.ctranslate2_export import export_ctranslate2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py)")
+    parser.add_argument("output_dir", help="the CTranslate2 model folder to write")
+    parser.add_argument(
+        "--quantization", default=None,
+        help="weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32 "
+        "(default: the model's float32)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace output_dir if it exists")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        output_dir = export_ctranslate2(args.model, args.output_dir, quantization=args.quantization, force=args.force)
+    except (ImportError, OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {str(error).splitlines()[0]}\n")
+    print(output_dir)
+
+
+if __name__ == "__main__":
+    main()
