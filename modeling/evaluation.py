@@ -1,4 +1,5 @@
-"""Translation metrics for `Seq2SeqTrainer(compute_metrics=...)` with `predict_with_generate=True`.
+"""Translation metrics: `corpus_scores` for any hypotheses, `compute_metrics` for `Seq2SeqTrainer` (with
+`predict_with_generate=True`), and `evaluate_model` for a saved model on a test set (scripts/evaluate.py).
 
 sacreBLEU and chrF are computed by the local `evaluate` modules in `modeling/metrics/` on detokenized text,
 against the raw reference strings (not the references decoded back from token ids), plus exact match.
@@ -10,11 +11,22 @@ rows are the evaluation set in order, so the rest are dropped here and every sco
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from .data import _canonical_split_names, load_parallel_corpus
 from .metrics import load_metric
+from .tokenization import read_lines
+from .translation import load_translation_model, translate, write_lines
+
+HYPOTHESES_FILE, RESULTS_FILE = "hypotheses.txt", "results.json"
 
 
 def normalize_whitespace(text: str) -> str:
@@ -31,6 +43,34 @@ def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
     return 100.0 * matches / len(references)
 
 
+@functools.cache
+def _metric(name: str):
+    return load_metric(name)  # once per process: a metric module is reusable across compute() calls
+
+
+def corpus_scores(
+    hypotheses: Sequence[str], references: Sequence[str], *, lowercase_bleu: bool = False
+) -> tuple[dict[str, float], dict[str, str]]:
+    """(scores, signatures) of detokenized hypotheses against one reference each, unrounded: sacreBLEU `bleu`
+    (13a, mixed case) and `chrf`, and with `lowercase_bleu` also `bleu_lowercase` (13a BLEU of lowercased text, to
+    compare with published lowercased numbers). The signatures say how each score was computed (Post, 2018)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    hypotheses, references = list(hypotheses), [[reference] for reference in references]
+    results = {
+        "bleu": _metric("sacrebleu_local").compute(predictions=hypotheses, references=references),
+        "chrf": _metric("chrf_local").compute(predictions=hypotheses, references=references),
+    }
+    if lowercase_bleu:
+        results["bleu_lowercase"] = _metric("sacrebleu_local").compute(
+            predictions=hypotheses, references=references, lowercase=True
+        )
+    return (
+        {name: result["score"] for name, result in results.items()},
+        {name: result["signature"] for name, result in results.items()},
+    )
+
+
 class TranslationMetrics:
     """`compute_metrics` for one evaluation set: BLEU, chrF, exact match (percentages), mean generated length and the
     number of sentences scored. The sacreBLEU signatures of the last call are kept in `signatures`.
@@ -44,8 +84,6 @@ class TranslationMetrics:
     def __init__(self, tokenizer, references: Sequence[str], target_tokenizer=None):
         self.tokenizer = target_tokenizer or tokenizer
         self.references = list(references)
-        self.bleu = load_metric("sacrebleu_local")
-        self.chrf = load_metric("chrf_local")
         self.signatures: dict[str, str] = {}
         self.last_predictions: list[str] = []
 
@@ -67,15 +105,13 @@ class TranslationMetrics:
             )
         hypotheses = self.decode(predictions[:size])  # drop the duplicates that padded the last batches
         self.last_predictions = hypotheses
-        bleu = self.bleu.compute(predictions=hypotheses, references=[[r] for r in self.references])
-        chrf = self.chrf.compute(predictions=hypotheses, references=[[r] for r in self.references])
-        self.signatures = {"bleu": bleu["signature"], "chrf": chrf["signature"]}
+        scores, self.signatures = corpus_scores(hypotheses, self.references)
         pad = self.tokenizer.pad_token_id
         generated = np.asarray(predictions[:size])
         generated_lengths = (np.where(generated < 0, pad, generated) != pad).sum(-1)
         return {
-            "bleu": round(bleu["score"], 4),
-            "chrf": round(chrf["score"], 4),
+            "bleu": round(scores["bleu"], 4),
+            "chrf": round(scores["chrf"], 4),
             "exact_match": round(exact_match(hypotheses, self.references), 4),
             "gen_len": round(float(np.mean(generated_lengths)) if size else 0.0, 4),
             "sentences": size,
@@ -87,4 +123,132 @@ def build_compute_metrics(tokenizer, references: Sequence[str], target_tokenizer
     return TranslationMetrics(tokenizer, references, target_tokenizer=target_tokenizer)
 
 
-__all__ = ["TranslationMetrics", "build_compute_metrics", "exact_match", "normalize_whitespace"]
+# --------------------------------------------------------------------------------------------------------------------
+# A saved model on a test set (scripts/evaluate.py)
+
+
+@dataclass
+class EvaluationSet:
+    """Source sentences and their references, with a `name` (for the output folder) and where they came from."""
+
+    name: str
+    sources: list[str]
+    references: list[str]
+    origin: dict[str, str | None]
+
+    def __post_init__(self):
+        if not self.sources:
+            raise ValueError(f"the test set {self.name} ({self.origin}) has no sentences")
+
+
+def read_test_set_files(source_file: str | os.PathLike, reference_file: str | os.PathLike) -> EvaluationSet:
+    """Line-aligned UTF-8 files (`.gz` allowed); named after the source file (`newstest2014.de.gz` ->
+    `newstest2014.de`). Raises ValueError when their line counts differ, FileNotFoundError when one is missing."""
+    for option, path in (("--source", source_file), ("--reference", reference_file)):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{option} {path} does not exist or is not a file")
+    sources, references = list(read_lines(source_file)), list(read_lines(reference_file))
+    if len(sources) != len(references):
+        raise ValueError(
+            f"--source {source_file} has {len(sources)} lines but --reference {reference_file} has "
+            f"{len(references)}; line N of the reference must translate line N of the source"
+        )
+    name = Path(source_file).name.removesuffix(".gz")
+    origin = {"source_file": str(source_file), "reference_file": str(reference_file)}
+    return EvaluationSet(name, sources, references, origin)
+
+
+def read_test_set_split(
+    data_dir: str | os.PathLike, split: str = "test", source_lang: str | None = None, target_lang: str | None = None
+) -> EvaluationSet:
+    """One split of `modeling.data.load_parallel_corpus(data_dir, source_lang, target_lang)`, by its name there
+    (train, validation, test) or by its file name (Multi30k's `test_2016_flickr` is the corpus's `test`)."""
+    corpus = load_parallel_corpus(data_dir, source_lang, target_lang)
+    resolved = split
+    files = list(Path(data_dir).iterdir()) if Path(data_dir).is_dir() else []
+    if split not in corpus and any(path.name.startswith(f"{split}.") for path in files):
+        resolved = _canonical_split_names([split])[split]  # the name the loader gave that file's split
+    if resolved not in corpus:
+        raise ValueError(f"--split {split!r} not found in {data_dir}; it has {list(corpus)}")
+    pairs = corpus[resolved][:]
+    origin = {"data_dir": str(data_dir), "split": resolved, "source_lang": source_lang, "target_lang": target_lang}
+    return EvaluationSet(split, pairs["source"], pairs["target"], origin)
+
+
+def default_output_dir(model: str | os.PathLike, test_set_name: str) -> Path:
+    """`MODEL/eval-<test set name>/`: the model's own folder, so scores stay with the weights they measure."""
+    if not Path(model).is_dir():
+        raise ValueError(f"{model} is not a local folder (a Hub id?): give --output_dir")
+    return Path(model) / f"eval-{test_set_name}"
+
+
+def evaluate_model(
+    model: str | os.PathLike,
+    test_set: EvaluationSet,
+    output_dir: str | os.PathLike,
+    *,
+    num_beams: int = 4,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    max_new_tokens: int | None = None,
+    device: str | None = None,
+    progress: bool = False,
+) -> dict:
+    """Translate the test set's sources with the model folder (see `modeling.translation.translate` for the
+    options), score against its references (`corpus_scores`, lowercased BLEU included) and write
+    `output_dir/hypotheses.txt` (one line per source line) and `output_dir/results.json`. Returns the results:
+    scores, signatures, model, test set, beam size, number of sentences and the seconds spent translating."""
+    loaded, tokenizer, target_tokenizer = load_translation_model(model, device=device)
+    start = time.perf_counter()
+    hypotheses = translate(
+        test_set.sources, loaded, tokenizer, target_tokenizer, num_beams=num_beams, batch_size=batch_size,
+        max_tokens=max_tokens, max_new_tokens=max_new_tokens, progress=progress,
+    )
+    seconds = time.perf_counter() - start
+    scores, signatures = corpus_scores(hypotheses, test_set.references, lowercase_bleu=True)
+    results = {
+        "model": str(Path(model).resolve()) if Path(model).exists() else str(model),
+        "split": test_set.name,
+        "test_set": test_set.origin,
+        "sentences": len(test_set.sources),
+        "num_beams": num_beams,
+        "max_new_tokens": max_new_tokens,
+        "device": str(loaded.device),
+        "seconds": round(seconds, 2),
+        **{name: round(score, 4) for name, score in scores.items()},
+        "exact_match": round(exact_match(hypotheses, test_set.references), 4),
+        "signatures": signatures,
+        "hypotheses": HYPOTHESES_FILE,
+    }
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_lines(hypotheses, output_dir / HYPOTHESES_FILE)
+    (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return results
+
+
+def summary_line(results: dict) -> str:
+    signatures = results["signatures"]
+    return (
+        f"{results['split']}: BLEU {results['bleu']:.2f} ({signatures['bleu']}) | lowercased BLEU "
+        f"{results['bleu_lowercase']:.2f} ({signatures['bleu_lowercase']}) | chrF {results['chrf']:.2f} "
+        f"({signatures['chrf']}) | {results['sentences']} sentences, beam {results['num_beams']}, "
+        f"{results['seconds']:.1f} s"
+    )
+
+
+__all__ = [
+    "HYPOTHESES_FILE",
+    "RESULTS_FILE",
+    "EvaluationSet",
+    "TranslationMetrics",
+    "build_compute_metrics",
+    "corpus_scores",
+    "default_output_dir",
+    "evaluate_model",
+    "exact_match",
+    "normalize_whitespace",
+    "read_test_set_files",
+    "read_test_set_split",
+    "summary_line",
+]

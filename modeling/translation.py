@@ -1,28 +1,87 @@
-"""Translate with a trained model folder (or Hub id) through the Auto classes, as any transformers user would."""
+"""Translate with a trained model folder (or Hub id) through the Auto classes, as any transformers user would.
+
+`translate` tokenizes every sentence once, sorts by source length, packs batches under a sentence cap
+(`batch_size`) and/or a cap on padded source tokens (`max_tokens`, fairseq's `--max-tokens`) with the training
+sampler (`modeling.batching.TokenBudgetBatchSampler`), and returns the translations in input order. Sorting only
+cuts padding: with attention masks the result equals translating one sentence at a time.
+
+Also here: the checks and argument types shared by `scripts/translate.py` and `scripts/evaluate.py`, which validate
+everything they can before loading a model.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from .batching import TokenBudgetBatchSampler
 from .tokenization import TARGET_TOKENIZER_SUBDIR
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 32  # sentences per batch when neither batch_size nor max_tokens is given
+WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")  # one file, or the index of shards
+TOKENIZER_FILE = "tokenizer.json"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
+    """Raise FileNotFoundError, naming what is missing, unless a local folder holds a config, weights and a tokenizer
+    (also in `target_tokenizer/` when there is one). A path that does not exist is left to the Hub."""
+    path = Path(model_name_or_path)
+    if not path.exists():
+        if path.is_absolute() or str(model_name_or_path).startswith((".", "~")):
+            raise FileNotFoundError(f"model folder {model_name_or_path} does not exist")
+        return  # a Hub id
+    if not path.is_dir():
+        raise FileNotFoundError(f"{model_name_or_path} is a file: give a model folder (the output_dir of train.py)")
+    hint = "give the output_dir of scripts/train.py (or a checkpoint-<step> folder inside it)"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{model_name_or_path} holds no config.json: {hint}")
+    if not any((path / name).is_file() for name in WEIGHTS_FILES):
+        raise FileNotFoundError(f"{model_name_or_path} holds no weights ({' or '.join(WEIGHTS_FILES)}): {hint}")
+    for folder in (path, path / TARGET_TOKENIZER_SUBDIR):
+        if folder.is_dir() and not (folder / TOKENIZER_FILE).is_file():
+            raise FileNotFoundError(f"{folder} holds no {TOKENIZER_FILE} (the tokenizer): {hint}")
+
+
+def resolve_device(device: str | None = None) -> str:
+    """`device`, checked, or "cuda" when a GPU is available, else "cpu"."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {device!r} is not a torch device; use cpu, cuda, cuda:1, ...") from None
+    backend = getattr(torch, parsed.type, None)  # torch.cuda, torch.mps, torch.xpu, ...
+    if parsed.type != "cpu" and hasattr(backend, "is_available"):
+        if not backend.is_available():
+            raise ValueError(f"device {device!r}: this machine has no {parsed.type} device; use cpu")
+        if parsed.index is not None and parsed.index >= backend.device_count():
+            raise ValueError(f"device {device!r}: there are only {backend.device_count()} {parsed.type} device(s)")
+    return device
 
 
 def load_translation_model(model_name_or_path: str | os.PathLike, device: str | None = None):
     """(model, source tokenizer, target tokenizer) from a folder written by `scripts/train.py` (custom code included).
 
-    The target tokenizer is the source one unless the folder has a separate `target_tokenizer/`.
+    The target tokenizer is the source one unless the folder has a separate `target_tokenizer/`. `device` defaults
+    to cuda when available, else cpu.
     """
+    check_model_folder(model_name_or_path)
+    device = resolve_device(device)
     path = Path(model_name_or_path)
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{model_name_or_path} holds no config.json: give the output_dir of scripts/train.py "
-            "(or a checkpoint-<step> folder inside it)"
-        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, trust_remote_code=True)
     except OSError as error:
@@ -35,13 +94,61 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
     if (path / TARGET_TOKENIZER_SUBDIR).is_dir():
         target_tokenizer = AutoTokenizer.from_pretrained(path / TARGET_TOKENIZER_SUBDIR)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=True, dtype=torch.float32)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer, target_tokenizer
 
 
-def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+# --------------------------------------------------------------------------------------------------------------------
+# Translation
+
+
+def _check_at_least_one(**values) -> None:
+    for name, value in values.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1 (or None), got {value}")
+
+
+def length_sorted_batches(lengths: Sequence[int], *, batch_size: int | None = None,
+                          max_tokens: int | None = None) -> list[list[int]]:
+    """Indices of `lengths` sorted by length (ties in input order), packed into batches of at most `batch_size`
+    sentences and `max_tokens` padded tokens (n * longest). Without either cap, batches of DEFAULT_BATCH_SIZE."""
+    _check_at_least_one(batch_size=batch_size, max_tokens=max_tokens)
+    if not lengths:
+        return []
+    if batch_size is None and max_tokens is None:
+        batch_size = DEFAULT_BATCH_SIZE
+    if max_tokens is not None and max(lengths) > max_tokens:
+        raise ValueError(
+            f"max_tokens={max_tokens} is less than the longest sentence's {max(lengths)} tokens (</s> included): "
+            f"raise max_tokens to at least {max(lengths)}"
+        )
+    sampler = TokenBudgetBatchSampler(
+        lengths, None, max_tokens if max_tokens is not None else max(lengths) * batch_size, shuffle=False,
+        max_sentences=batch_size,
+    )
+    return [list(batch) for batch in sampler]
+
+
+def encode_sources(texts: Sequence[str], tokenizer, max_positions: int | None) -> list[list[int]]:
+    """Token ids (`</s>` included) of each text; a text longer than `max_positions` is truncated to fit (the
+    tokenizer keeps its `</s>`), with a warning naming its 1-based line number."""
+    if not texts:
+        return []
+    encoded = tokenizer(list(texts), verbose=False)["input_ids"]  # verbose=False: no model_max_length warning
+    if max_positions is None:
+        return encoded
+    for index, ids in enumerate(encoded):
+        if len(ids) > max_positions:
+            logger.warning(
+                "line %d: %d tokens (</s> included) exceed the model's %d positions; translating its first %d tokens",
+                index + 1, len(ids), max_positions, max_positions - 1,
+            )
+            encoded[index] = tokenizer(texts[index], truncation=True, max_length=max_positions)["input_ids"]
+    return encoded
+
+
+def single_line(text: str) -> str:
+    """`text` stripped, its line breaks turned into spaces: one input line gives one output line."""
+    return " ".join(text.strip().splitlines())
 
 
 @torch.no_grad()
@@ -53,27 +160,119 @@ def translate(
     *,
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    progress: bool = False,
     **generate_kwargs,
 ) -> list[str]:
-    """Translate `texts` in batches with `model.generate` (beam search with `num_beams`, default: the model's
-    generation config). Returns one detokenized string per input, in order."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    """Translate `texts` with `model.generate`; one detokenized, single-line string per input, in input order.
+
+    Args:
+        num_beams: beam size (default: the model's generation config, as trained).
+        max_new_tokens: longest translation in tokens (default: the generation config's max_length); capped to the
+            decoder's positions.
+        batch_size, max_tokens: caps on sentences and on padded source tokens per batch (see
+            `length_sorted_batches`); default: batches of DEFAULT_BATCH_SIZE sentences.
+        progress: show a tqdm bar over sentences.
+        generate_kwargs: passed to `model.generate`.
+
+    Whitespace-only texts translate to "" without reaching the model. A text longer than the model's
+    `max_position_embeddings` tokens is truncated, with a logged warning naming its line (see `encode_sources`).
+    """
+    _check_at_least_one(num_beams=num_beams, max_new_tokens=max_new_tokens)
     target_tokenizer = target_tokenizer or tokenizer
     texts = list(texts)
+    max_positions = getattr(model.config, "max_position_embeddings", None)
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
     if max_new_tokens is not None:
+        if max_positions is not None and max_new_tokens > max_positions - 1:
+            logger.warning(
+                "max_new_tokens=%d: the decoder has %d positions, one for its start token; generating at most %d",
+                max_new_tokens, max_positions, max_positions - 1,
+            )
+            max_new_tokens = max_positions - 1
         generate_kwargs["max_new_tokens"] = max_new_tokens
         generate_kwargs.setdefault("max_length", None)  # the saved generation config may carry a max_length
-    translations = []
-    for batch in _batches(texts, batch_size):
-        inputs = tokenizer(list(batch), return_tensors="pt", padding=True).to(model.device)
-        inputs.pop("token_type_ids", None)
-        generated = model.generate(**inputs, **generate_kwargs)
-        translations += [text.strip() for text in target_tokenizer.batch_decode(generated, skip_special_tokens=True)]
+    translations = [""] * len(texts)
+    to_translate = [index for index, text in enumerate(texts) if text.strip()]
+    encoded = encode_sources(texts, tokenizer, max_positions)  # all texts, so warnings name the input's lines
+    encoded = [encoded[index] for index in to_translate]
+    batches = length_sorted_batches([len(ids) for ids in encoded], batch_size=batch_size, max_tokens=max_tokens)
+    with tqdm(total=len(texts), disable=not progress, unit="sentence", desc="Translating") as bar:
+        bar.update(len(texts) - len(to_translate))
+        for batch in batches:
+            inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt").to(model.device)
+            generated = model.generate(**inputs, **generate_kwargs)
+            for i, text in zip(batch, target_tokenizer.batch_decode(generated, skip_special_tokens=True)):
+                translations[to_translate[i]] = single_line(text)
+            bar.update(len(batch))
     return translations
 
 
-__all__ = ["load_translation_model", "translate"]
+# --------------------------------------------------------------------------------------------------------------------
+# Command-line helpers (scripts/translate.py, scripts/evaluate.py)
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, `prog: error: message`, with exit status 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(value: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
+def check_output_file(path: Path, option: str = "--output") -> None:
+    """Raise ValueError unless `path` can be created as a file (its folder exists, it is not a folder)."""
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; give a file path")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
+
+
+def read_stdin_lines() -> list[str]:
+    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one."""
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"standard input is not valid UTF-8 ({error.reason} at byte {error.start})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
+    """One line per item to `path`, or to standard output when it is None."""
+    text = "".join(f"{line}\n" for line in lines)
+    if path is None:
+        sys.stdout.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "OneLineErrorParser",
+    "check_model_folder",
+    "check_output_file",
+    "encode_sources",
+    "length_sorted_batches",
+    "load_translation_model",
+    "positive_int",
+    "read_stdin_lines",
+    "resolve_device",
+    "single_line",
+    "translate",
+    "write_lines",
+]

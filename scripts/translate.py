@@ -1,57 +1,76 @@
 """Translate with a model folder written by scripts/train.py (or a Hub id), through the Auto classes.
 
     python scripts/translate.py outputs/copy-tiny "5 3 9 7 0 1 5"
-    python scripts/translate.py MODEL --input source.txt --output hypotheses.txt --num_beams 4
+    python scripts/translate.py MODEL --input source.txt --output hypotheses.txt --num_beams 4 --max_tokens 4096
     echo "Ein Hund läuft." | python scripts/translate.py MODEL
 
-Texts come from the arguments, else from --input (one sentence per line), else from standard input.
+Texts come from the arguments, else from --input (UTF-8, one sentence per line), else from standard input; one
+line comes out per line in, in input order (sentences are batched by length). Empty lines stay empty. A sentence
+longer than the model's positions is truncated, with a warning naming its line.
 """
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
-from modeling.translation import load_translation_model, translate
+import transformers
+
+from modeling.tokenization import read_lines
+from modeling.translation import (
+    OneLineErrorParser, check_model_folder, check_output_file, load_translation_model, positive_int,
+    read_stdin_lines, resolve_device, translate, write_lines,
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(
+        prog="translate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py) or a Hub id")
     parser.add_argument("texts", nargs="*", help="sentences to translate")
-    parser.add_argument("--input", type=Path, help="a text file, one sentence per line")
+    parser.add_argument("--input", type=Path, help="a UTF-8 text file, one sentence per line")
     parser.add_argument("--output", type=Path, help="write the translations here (default: standard output)")
-    parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's, from training)")
-    parser.add_argument("--max_new_tokens", type=int, default=None, help="longest translation in tokens")
-    parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate() call")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    parser.add_argument("--num_beams", type=positive_int, help="beam size (default: the model's, from training)")
+    parser.add_argument("--max_new_tokens", type=positive_int, help="longest translation in tokens")
+    parser.add_argument("--batch_size", type=positive_int, help="cap on sentences per batch (default 32 without "
+                        "--max_tokens)")
+    parser.add_argument("--max_tokens", type=positive_int, help="cap on padded source tokens per batch")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
 def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.texts and args.input:
-        sys.exit("translate.py: error: give sentences as arguments or --input, not both")
-    if args.input is not None and not args.input.is_file():
-        sys.exit(f"translate.py: error: --input {args.input} does not exist")
-    if args.texts:
-        texts = args.texts
-    elif args.input is not None:
-        texts = args.input.read_text(encoding="utf-8").splitlines()
-    else:
-        texts = sys.stdin.read().splitlines()
-    try:
-        model, tokenizer, target_tokenizer = load_translation_model(args.model, device=args.device)
-    except FileNotFoundError as error:
-        sys.exit(f"translate.py: error: {error}")
-    translations = translate(
-        texts, model, tokenizer, target_tokenizer, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-    )
-    output = "".join(f"{line}\n" for line in translations)
-    if args.output is not None:
-        args.output.write_text(output, encoding="utf-8")
-    else:
-        sys.stdout.write(output)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # everything that can be checked is checked before the model loads
+        if args.texts and args.input:
+            raise ValueError("give sentences as arguments or --input, not both")
+        if args.input is not None and not args.input.is_file():
+            raise ValueError(f"--input {args.input} does not exist or is not a file")
+        if args.output is not None:
+            check_output_file(args.output)
+        check_model_folder(args.model)
+        device = resolve_device(args.device)
+        if args.texts:
+            texts = args.texts
+        elif args.input is not None:
+            texts = list(read_lines(args.input))
+        else:
+            texts = read_stdin_lines()
+        logging.basicConfig(format="translate.py: warning: %(message)s", level=logging.WARNING)
+        progress = args.input is not None and not args.quiet and sys.stderr.isatty()
+        if not progress:
+            transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
+        model, tokenizer, target_tokenizer = load_translation_model(args.model, device=device)
+        translations = translate(
+            texts, model, tokenizer, target_tokenizer, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size, max_tokens=args.max_tokens, progress=progress,
+        )
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    write_lines(translations, args.output)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,14 @@
-"""scripts/translate.py and `modeling.translation`: a saved model folder translates through the Auto classes."""
+"""scripts/translate.py and `modeling.translation`: a saved model folder translates through the Auto classes, in
+length-sorted batches whose output equals one-by-one translation, and bad arguments fail before the model loads."""
 
 import io
+import logging
+import os
+import random
+import re
 import runpy
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,23 +17,40 @@ import torch
 
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
 from modeling.tokenization import train_tokenizer
-from modeling.translation import load_translation_model, translate
+from modeling.translation import length_sorted_batches, load_translation_model, translate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TRANSLATE_SCRIPT = REPO_ROOT / "scripts" / "translate.py"
 SOURCES = ["3 1 4 1 5", "9 2 6", "5 3 5 8 9 7 9 3"]
+POSITIONS = 32  # the test model's max_position_embeddings
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A folder as scripts/train.py writes it (model with custom code, generation config, tokenizer), untrained."""
-    directory = tmp_path_factory.mktemp("model")
+def random_digits(rng: random.Random, min_length: int, max_length: int) -> str:
+    return " ".join(str(rng.randrange(10)) for _ in range(rng.randint(min_length, max_length)))
+
+
+def save_copy_model(directory: Path, steps: int = 200, seed: int = 0) -> Path:
+    """A folder as scripts/train.py writes it (model with custom code, generation config, tokenizer) holding a tiny
+    model trained by hand for `steps` Adam steps on the copy task (~5 s): its outputs follow its inputs, mostly
+    copying sequences of up to 10 digits. Each digit is one token."""
     tokenizer = train_tokenizer([" ".join(str(i) for i in range(10))] * 20, vocab_size=270)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = AnnotatedTransformerConfig.from_preset(
         "tiny", vocab_size=len(tokenizer), d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
-        max_position_embeddings=32,
+        max_position_embeddings=POSITIONS, dropout=0.0, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
     )
     model = AnnotatedTransformerForConditionalGeneration(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
+    rng = random.Random(seed)
+    for _ in range(steps):
+        texts = [random_digits(rng, 1, 10) for _ in range(32)]
+        batch = tokenizer(texts, text_target=texts, padding=True, return_tensors="pt")
+        batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     model.generation_config.max_length = 12
     model.generation_config.num_beams = 2
     model.save_pretrained(directory)
@@ -34,11 +58,34 @@ def model_dir(tmp_path_factory):
     return directory
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and leave the other cores to whatever else runs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_copy_model(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    model, tokenizer, _ = load_translation_model(model_dir, device="cpu")
+    return model, tokenizer
+
+
 def run_script(monkeypatch, *argv, stdin: str | None = None):
     monkeypatch.setattr(sys, "argv", ["translate.py", *map(str, argv)])
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    runpy.run_path(str(REPO_ROOT / "scripts" / "translate.py"), run_name="__main__")
+    runpy.run_path(str(TRANSLATE_SCRIPT), run_name="__main__")
+
+
+# ---- the library -----------------------------------------------------------------------------------------------------
 
 
 def test_translations_are_the_models_generations_in_input_order(model_dir):
@@ -50,10 +97,11 @@ def test_translations_are_the_models_generations_in_input_order(model_dir):
         generated = model.generate(**tokenizer([source], return_tensors="pt"), num_beams=3)
         assert translation == tokenizer.decode(generated[0], skip_special_tokens=True).strip()
     assert translate(SOURCES, model, tokenizer, batch_size=1, num_beams=3) == batched
+    assert batched[1] == "9 2 6"  # the model copies
 
 
-def test_generation_options_reach_generate(model_dir):
-    model, tokenizer, _ = load_translation_model(model_dir, device="cpu")
+def test_generation_options_reach_generate(loaded):
+    model, tokenizer = loaded
     short = translate(SOURCES[:1], model, tokenizer, max_new_tokens=2, num_beams=1)
     generated = model.generate(**tokenizer(SOURCES[:1], return_tensors="pt"), max_new_tokens=2, num_beams=1)
     assert generated.shape[1] <= 3  # the decoder start token and at most 2 new tokens
@@ -63,25 +111,176 @@ def test_generation_options_reach_generate(model_dir):
     assert default[0] == tokenizer.decode(expected[0], skip_special_tokens=True).strip()
 
 
-def test_script_translates_arguments_files_and_stdin(model_dir, tmp_path, monkeypatch, capsys):
-    model, tokenizer, _ = load_translation_model(model_dir, device="cpu")
+def test_length_sorted_batches_respect_both_caps_and_cover_each_sentence_once():
+    lengths = [5, 1, 9, 5, 3, 9, 2, 7, 1, 4]
+    batches = length_sorted_batches(lengths, batch_size=3, max_tokens=20)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    order = [i for batch in batches for i in batch]
+    assert order == sorted(range(len(lengths)), key=lambda i: (lengths[i], i))  # by length, ties in input order
+    assert all(len(batch) <= 3 and len(batch) * max(lengths[i] for i in batch) <= 20 for batch in batches)
+    assert [len(b) for b in length_sorted_batches(lengths, max_tokens=20)] == [5, 2, 2, 1]
+    assert [len(b) for b in length_sorted_batches(lengths, batch_size=4)] == [4, 4, 2]
+    assert [len(b) for b in length_sorted_batches(lengths)] == [10]  # DEFAULT_BATCH_SIZE
+    with pytest.raises(ValueError, match="max_tokens=8 is less than the longest sentence's 9 tokens"):
+        length_sorted_batches(lengths, max_tokens=8)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        length_sorted_batches(lengths, batch_size=0)
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_length_sorted_batches_translate_exactly_as_one_by_one(loaded, num_beams):
+    """Padding to the batch's longest source changes nothing: the masks hide the pads exactly (fp32, CPU)."""
+    model, tokenizer = loaded
+    rng = random.Random(1)
+    texts = [random_digits(rng, 1, 25) for _ in range(16)]
+    one_by_one = translate(texts, model, tokenizer, num_beams=num_beams, batch_size=1, max_new_tokens=30)
+    assert len(set(one_by_one)) == len(texts)  # the outputs differ, so a mix-up would show
+    for caps in ({"batch_size": 4}, {"max_tokens": 60}, {"batch_size": 16}):
+        batched = translate(texts, model, tokenizer, num_beams=num_beams, max_new_tokens=30, **caps)
+        assert batched == one_by_one, caps
+
+
+def test_empty_lines_stay_empty_and_never_reach_the_model(loaded, monkeypatch):
+    model, tokenizer = loaded
+    sent = []
+    generate = model.generate
+
+    def recording_generate(**inputs):
+        sent.extend(tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True))
+        return generate(**inputs)
+
+    monkeypatch.setattr(model, "generate", recording_generate)
+    texts = ["", "1 2 3", "   ", "\t", "4 5"]
+    translations = translate(texts, model, tokenizer, num_beams=1)
+    assert translations[0] == translations[2] == translations[3] == ""
+    assert translations[1] == "1 2 3" and translations[4] == "4 5"
+    assert sorted(sent) == ["1 2 3", "4 5"]
+    assert translate(["", " "], model, tokenizer) == ["", ""] and translate([], model, tokenizer) == []
+    assert len(sent) == 2  # nothing more was generated
+
+
+def test_a_line_longer_than_the_positions_is_truncated_with_a_warning_naming_it(loaded, caplog):
+    model, tokenizer = loaded
+    long_line = " ".join(str(i % 10) for i in range(40))  # 40 digit tokens + </s> > 32 positions
+    texts = ["1 2", "", long_line]
+    with caplog.at_level(logging.WARNING, logger="modeling.translation"):
+        translations = translate(texts, model, tokenizer, num_beams=1, max_new_tokens=5)
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1 and warnings[0].startswith("line 3: 41 tokens") and "32 positions" in warnings[0]
+    first_31 = " ".join(long_line.split()[: POSITIONS - 1])
+    assert translations[2] == translate([first_31], model, tokenizer, num_beams=1, max_new_tokens=5)[0]
+
+
+def test_max_new_tokens_beyond_the_decoder_positions_is_capped(loaded, caplog):
+    model, tokenizer = loaded
+    with caplog.at_level(logging.WARNING, logger="modeling.translation"):
+        capped = translate(SOURCES, model, tokenizer, num_beams=1, max_new_tokens=1000)
+    assert "generating at most 31" in caplog.text
+    assert capped == translate(SOURCES, model, tokenizer, num_beams=1, max_new_tokens=31)
+
+
+# ---- the script ------------------------------------------------------------------------------------------------------
+
+
+def test_script_translates_arguments_files_and_stdin(model_dir, loaded, tmp_path, monkeypatch, capsys):
+    model, tokenizer = loaded
     expected = translate(SOURCES, model, tokenizer, num_beams=2)
 
     run_script(monkeypatch, model_dir, *SOURCES, "--num_beams", "2")
     assert capsys.readouterr().out.splitlines() == expected
 
     source_file, output_file = tmp_path / "source.txt", tmp_path / "hypotheses.txt"
-    source_file.write_text("\n".join(SOURCES) + "\n")
+    source_file.write_text("\n".join([SOURCES[0], "", *SOURCES[1:], "  "]) + "\n")
     run_script(monkeypatch, model_dir, "--input", source_file, "--output", output_file, "--num_beams", "2",
-               "--batch_size", "2")
-    assert output_file.read_text().splitlines() == expected
+               "--max_tokens", "20")
+    assert output_file.read_text().split("\n") == [expected[0], "", *expected[1:], "", ""]
 
-    run_script(monkeypatch, model_dir, "--num_beams", "2", stdin="\n".join(SOURCES))
+    run_script(monkeypatch, model_dir, "--num_beams", "2", "--batch_size", "2", stdin="\n".join(SOURCES))
     assert capsys.readouterr().out.splitlines() == expected
 
 
-def test_script_reports_a_missing_or_wrong_folder(tmp_path, monkeypatch):
-    with pytest.raises(SystemExit, match="holds no config.json"):
-        run_script(monkeypatch, tmp_path, "1 2 3")
-    with pytest.raises(SystemExit, match="--input .*missing.txt does not exist"):
-        run_script(monkeypatch, tmp_path, "--input", tmp_path / "missing.txt")
+def without(model_dir: Path, tmp_path: Path, name: str) -> Path:
+    copy = tmp_path / f"no-{name}"
+    shutil.copytree(model_dir, copy)
+    (copy / name).unlink()
+    return copy
+
+
+BAD_ARGUMENTS = {
+    "beams 0": (["--num_beams", "0", "1 2"], "argument --num_beams: must be >= 1, got 0"),
+    "beams -1": (["--num_beams", "-1", "1 2"], "argument --num_beams: must be >= 1, got -1"),
+    "beams x": (["--num_beams", "x", "1 2"], "argument --num_beams: expected an integer >= 1, got 'x'"),
+    "batch_size 0": (["--batch_size", "0", "1 2"], "argument --batch_size: must be >= 1, got 0"),
+    "max_tokens 0": (["--max_tokens", "0", "1 2"], "argument --max_tokens: must be >= 1, got 0"),
+    "max_new_tokens 0": (["--max_new_tokens", "0", "1 2"], "argument --max_new_tokens: must be >= 1, got 0"),
+    "not UTF-8": (["--input", "{latin1}"], r"latin1\.txt: line 2 is not valid UTF-8"),
+    "missing input": (["--input", "{tmp}/missing.txt"], r"--input .*missing\.txt does not exist"),
+    "output is a folder": (["1 2", "--output", "{tmp}"], r"--output .* is a directory"),
+    "output folder missing": (["1 2", "--output", "{tmp}/nowhere/out.txt"], r"the folder .*nowhere does not exist"),
+    "no weights": (["1 2"], r"no-model\.safetensors holds no weights \(model\.safetensors or"),
+    "no tokenizer": (["1 2"], r"no-tokenizer\.json holds no tokenizer\.json"),
+    "no config": (["1 2"], r"no-config\.json holds no config\.json"),
+    "both sources": (["1 2", "--input", "{latin1}"], "give sentences as arguments or --input, not both"),
+    "bad device": (["1 2", "--device", "tpu9"], "device 'tpu9' is not a torch device"),
+}
+BROKEN_FOLDERS = {"no weights": "model.safetensors", "no tokenizer": "tokenizer.json", "no config": "config.json"}
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_bad_arguments_fail_in_one_line_with_status_2_before_loading_and_write_nothing(
+    case, model_dir, tmp_path, monkeypatch, capsys
+):
+    argv, message = BAD_ARGUMENTS[case]
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("1 2\nGrüße\n".encode("latin-1"))
+    argv = [arg.format(tmp=tmp_path, latin1=latin1) for arg in argv]
+    folder = without(model_dir, tmp_path, BROKEN_FOLDERS[case]) if case in BROKEN_FOLDERS else model_dir
+    output = tmp_path / "out.txt"
+    if "--output" not in argv:
+        argv += ["--output", str(output)]
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr("modeling.translation.load_translation_model", must_not_load)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, folder, *argv)
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("translate.py: error: ") and stderr.count("\n") == 1, stderr
+    assert re.search(message, stderr), stderr
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_max_tokens_below_the_longest_sentence_fails_after_loading_and_writes_nothing(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    output = tmp_path / "out.txt"
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, model_dir, "1 2 3 4 5", "--max_tokens", "3", "--output", output)
+    assert exit_info.value.code == 2
+    assert "translate.py: error: max_tokens=3 is less than the longest sentence's 6 tokens" in capsys.readouterr().err
+    assert not output.exists()
+
+
+def test_command_line_errors_and_warnings_in_a_subprocess(model_dir, tmp_path):
+    """The real exit status and standard error: a one-line error; a truncation warning naming the line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.getenv("PYTHONPATH")])),
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    output = tmp_path / "out.txt"
+    bad = subprocess.run([sys.executable, str(TRANSLATE_SCRIPT), str(model_dir), "1 2", "--num_beams", "0",
+                          "--output", str(output)], capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and not output.exists()
+    assert bad.stderr == "translate.py: error: argument --num_beams: must be >= 1, got 0\n"
+
+    source = tmp_path / "source.txt"
+    source.write_text("1 2\n\n" + " ".join(["7"] * 40) + "\n")
+    good = subprocess.run([sys.executable, str(TRANSLATE_SCRIPT), str(model_dir), "--input", str(source),
+                           "--output", str(output), "--num_beams", "1"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert good.returncode == 0, good.stderr
+    assert "translate.py: warning: line 3: 41 tokens" in good.stderr
+    assert "Translating" not in good.stderr  # no progress bar when standard error is not a terminal
+    lines = output.read_text().split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""

@@ -1,0 +1,89 @@
+"""Score a model folder on a test set: sacreBLEU, lowercased BLEU and chrF, each with its signature.
+
+    python scripts/evaluate.py MODEL --data_dir data/multi30k --split test --source_lang de --target_lang en
+    python scripts/evaluate.py MODEL --source newstest2014.de --reference newstest2014.en --max_tokens 4096
+
+The test set is --source/--reference (line-aligned UTF-8 files, .gz allowed), or a split of --data_dir as
+modeling.data.load_parallel_corpus reads it (train, validation, test, or a file name such as Multi30k's
+test_2016_flickr). Sentences are translated in length-sorted batches with beam search (--num_beams, default 4).
+
+Writes, in --output_dir (default: MODEL/eval-<split>, or MODEL/eval-<source file name>; overwritten):
+  hypotheses.txt  one translation per source line
+  results.json    scores, signatures, model, test set, beam size, sentences, seconds spent translating
+and prints one summary line.
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+# Run as `python scripts/evaluate.py`, this folder comes first on the import path, and this file would shadow the
+# `evaluate` library that the metrics load: take the folder off the path before importing them.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+import transformers  # noqa: E402
+
+from modeling.evaluation import (  # noqa: E402
+    default_output_dir, evaluate_model, read_test_set_files, read_test_set_split, summary_line,
+)
+from modeling.translation import OneLineErrorParser, check_model_folder, positive_int, resolve_device
+
+
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(
+        prog="evaluate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py) or a Hub id")
+    parser.add_argument("--source", type=Path, help="source sentences, one per line")
+    parser.add_argument("--reference", type=Path, help="their reference translations, line by line")
+    parser.add_argument("--data_dir", help="a corpus for modeling.data.load_parallel_corpus (instead of files)")
+    parser.add_argument("--split", help="the --data_dir split to score (default: test)")
+    parser.add_argument("--source_lang", help="with --data_dir: the source language (e.g. de)")
+    parser.add_argument("--target_lang", help="with --data_dir: the target language (e.g. en)")
+    parser.add_argument("--output_dir", type=Path, help="where to write hypotheses.txt and results.json")
+    parser.add_argument("--num_beams", type=positive_int, default=4, help="beam size (default 4)")
+    parser.add_argument("--max_new_tokens", type=positive_int, help="longest translation in tokens")
+    parser.add_argument("--batch_size", type=positive_int, help="cap on sentences per batch (default 32 without "
+                        "--max_tokens)")
+    parser.add_argument("--max_tokens", type=positive_int, help="cap on padded source tokens per batch")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="evaluate.py: warning: %(message)s", level=logging.WARNING)
+    files, corpus = (args.source, args.reference), (args.split, args.source_lang, args.target_lang)
+    try:  # everything that can be checked is checked before the model loads
+        if args.data_dir is not None and any(files):
+            raise ValueError("give --source/--reference or --data_dir, not both")
+        if args.data_dir is None and not all(files):
+            raise ValueError("give --source and --reference (files), or --data_dir (with --split)")
+        if args.data_dir is None and any(corpus):
+            raise ValueError("--split, --source_lang and --target_lang apply to --data_dir only")
+        if args.data_dir is not None:
+            test_set = read_test_set_split(args.data_dir, args.split or "test", args.source_lang, args.target_lang)
+        else:
+            test_set = read_test_set_files(args.source, args.reference)
+        check_model_folder(args.model)
+        device = resolve_device(args.device)
+        output_dir = args.output_dir or default_output_dir(args.model, test_set.name)
+        if output_dir.exists() and not output_dir.is_dir():
+            raise ValueError(f"--output_dir {output_dir} is a file; give a folder")
+        progress = not args.quiet and sys.stderr.isatty()
+        if not progress:
+            transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
+        results = evaluate_model(
+            args.model, test_set, output_dir, num_beams=args.num_beams, batch_size=args.batch_size,
+            max_tokens=args.max_tokens, max_new_tokens=args.max_new_tokens, device=device, progress=progress,
+        )
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    print(f"{summary_line(results)} -> {output_dir}")
+
+
+if __name__ == "__main__":
+    main()

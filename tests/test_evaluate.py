@@ -1,0 +1,200 @@
+"""scripts/evaluate.py and `modeling.evaluation`: a model folder scored on a test set (files, or a corpus split)
+with sacreBLEU, lowercased BLEU and chrF through the project's local `evaluate` metric modules."""
+
+import gzip
+import json
+import os
+import random
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_translate import random_digits, save_copy_model
+
+from modeling.evaluation import build_compute_metrics, corpus_scores
+from modeling.tokenization import load_tokenizers
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EVALUATE_SCRIPT = REPO_ROOT / "scripts" / "evaluate.py"
+TEST_SIZE = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny model trained for a few seconds on the copy task (see test_translate.save_copy_model)."""
+    return save_copy_model(tmp_path_factory.mktemp("evaluate") / "model")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A copy-task corpus named as Multi30k's files are: train, val and test_2016_flickr, `.de.gz` / `.en.gz`. The
+    test split has an empty pair."""
+    directory = tmp_path_factory.mktemp("data")
+    rng = random.Random(7)
+    for split, size in (("train", 6), ("val", 4), ("test_2016_flickr", TEST_SIZE)):
+        lines = [random_digits(rng, 1, 10) for _ in range(size)]
+        if split == "test_2016_flickr":
+            lines[3] = ""
+        for lang in ("de", "en"):
+            with gzip.open(directory / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("".join(f"{line}\n" for line in lines))
+    return directory
+
+
+def run_script(monkeypatch, *argv):
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", *map(str, argv)])
+    runpy.run_path(str(EVALUATE_SCRIPT), run_name="__main__")
+
+
+def test_scores_are_sacrebleu_and_chrf_with_signatures_and_lowercased_bleu():
+    references = ["A dog runs in the park .", "Two men are playing football on the beach ."]
+    scores, signatures = corpus_scores(references, references, lowercase_bleu=True)
+    assert scores == pytest.approx({"bleu": 100.0, "chrf": 100.0, "bleu_lowercase": 100.0})
+    lowercased = [reference.lower() for reference in references]
+    scores, signatures = corpus_scores(lowercased, references, lowercase_bleu=True)
+    assert scores["bleu"] < 100 and scores["chrf"] < 100 and scores["bleu_lowercase"] == pytest.approx(100)
+    assert "case:mixed" in signatures["bleu"] and "tok:13a" in signatures["bleu"]
+    assert "case:lc" in signatures["bleu_lowercase"] and "tok:13a" in signatures["bleu_lowercase"]
+    assert signatures["chrf"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    assert set(corpus_scores(references, references)[0]) == {"bleu", "chrf"}
+    with pytest.raises(ValueError, match="1 hypotheses for 2 references"):
+        corpus_scores(references[:1], references)
+
+
+def test_training_metrics_keep_their_keys_and_scores(model_dir):
+    tokenizer = load_tokenizers(model_dir)
+    references = ["1 2 3 4 5", "6 7 8 9 0 1"]
+    compute_metrics = build_compute_metrics(tokenizer, references)
+    predictions = tokenizer(references, padding=True, return_tensors="np")["input_ids"]
+    metrics = compute_metrics(type("EvalPrediction", (), {"predictions": predictions})())
+    assert metrics == {"bleu": 100.0, "chrf": 100.0, "exact_match": 100.0, "gen_len": 6.5, "sentences": 2}
+    assert set(compute_metrics.signatures) == {"bleu", "chrf"}
+
+
+def test_a_corpus_split_is_translated_scored_and_written_next_to_the_model(
+    model_dir, data_dir, monkeypatch, capsys
+):
+    run_script(monkeypatch, model_dir, "--data_dir", data_dir, "--split", "test_2016_flickr", "--source_lang", "de",
+               "--target_lang", "en", "--num_beams", "2", "--max_tokens", "40")
+    output_dir = model_dir / "eval-test_2016_flickr"
+    results = json.loads((output_dir / "results.json").read_text())
+    hypotheses = (output_dir / "hypotheses.txt").read_text().split("\n")
+    assert len(hypotheses) == TEST_SIZE + 1 and hypotheses[-1] == ""  # one line per source line
+    assert hypotheses[3] == ""  # the empty source line
+    for key in ("bleu", "bleu_lowercase", "chrf", "exact_match"):
+        assert 0 <= results[key] <= 100, key
+    assert results["bleu"] > 0  # the model copies some
+    assert results["split"] == "test_2016_flickr" and results["test_set"]["split"] == "test"
+    assert results["model"] == str(model_dir.resolve()) and results["num_beams"] == 2
+    assert results["sentences"] == TEST_SIZE and results["seconds"] >= 0
+    assert set(results["signatures"]) == {"bleu", "bleu_lowercase", "chrf"}
+    assert "case:lc" in results["signatures"]["bleu_lowercase"]
+    summary = capsys.readouterr().out.strip()
+    assert summary.count("\n") == 0 and summary.startswith(f"test_2016_flickr: BLEU {results['bleu']:.2f} (")
+    assert results["signatures"]["bleu"] in summary and results["signatures"]["chrf"] in summary
+
+    run_script(monkeypatch, model_dir, "--data_dir", data_dir, "--split", "test", "--source_lang", "de",
+               "--num_beams", "2", "--batch_size", "3")  # the loader's name for the same split
+    again = json.loads((model_dir / "eval-test" / "results.json").read_text())
+    assert {k: again[k] for k in ("bleu", "chrf")} == {k: results[k] for k in ("bleu", "chrf")}
+
+
+def test_files_whose_references_are_the_models_translations_score_100(model_dir, data_dir, tmp_path, monkeypatch):
+    source = tmp_path / "source.de"
+    source.write_bytes(gzip.decompress((data_dir / "test_2016_flickr.de.gz").read_bytes()))
+    first, second = tmp_path / "first", tmp_path / "second"
+    run_script(monkeypatch, model_dir, "--source", source, "--reference", source, "--output_dir", first,
+               "--num_beams", "1")
+    hypotheses = first / "hypotheses.txt"
+    assert sum(len(line.split()) >= 4 for line in hypotheses.read_text().splitlines()) >= 4
+    run_script(monkeypatch, model_dir, "--source", source, "--reference", hypotheses, "--output_dir", second,
+               "--num_beams", "1", "--max_tokens", "15")
+    results = json.loads((second / "results.json").read_text())
+    assert results["bleu"] == pytest.approx(100) and results["chrf"] == pytest.approx(100)
+    assert results["exact_match"] == 100 and results["test_set"]["reference_file"] == str(hypotheses)
+    assert (second / "hypotheses.txt").read_text() == hypotheses.read_text()
+
+
+def test_a_reference_of_another_length_is_refused_naming_both_files(model_dir, tmp_path, monkeypatch, capsys):
+    source, reference = tmp_path / "source.de", tmp_path / "reference.en"
+    source.write_text("1 2\n3 4\n5 6\n")
+    reference.write_text("1 2\n3 4\n")
+    before = sorted(model_dir.iterdir())
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, model_dir, "--source", source, "--reference", reference)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"evaluate.py: error: --source {source} has 3 lines but --reference {reference} has 2; line N of the "
+        "reference must translate line N of the source\n"
+    )
+    assert sorted(model_dir.iterdir()) == before and sorted(tmp_path.iterdir()) == [reference, source]
+
+
+BAD_ARGUMENTS = {
+    "both test sets": (["--data_dir", "{data}", "--source", "{data}/x"], "give --source/--reference or --data_dir, "
+                       "not both"),
+    "no test set": ([], "give --source and --reference"),
+    "only a source": (["--source", "{tmp}/s.txt"], "give --source and --reference"),
+    "split without data": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--split", "test"],
+                           "apply to --data_dir only"),
+    "missing reference": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/r.txt"], r"--reference .*r\.txt does "
+                          "not exist"),
+    "unknown split": (["--data_dir", "{data}", "--split", "test_2017", "--source_lang", "de"],
+                      r"--split 'test_2017' not found in .*; it has \['train', 'validation', 'test'\]"),
+    "beams 0": (["--data_dir", "{data}", "--num_beams", "0"], "argument --num_beams: must be >= 1, got 0"),
+    "max_tokens 0": (["--data_dir", "{data}", "--max_tokens", "0"], "argument --max_tokens: must be >= 1, got 0"),
+    "output is a file": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir", "{tmp}/s.txt"],
+                         r"--output_dir .*s\.txt is a file"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir, data_dir, tmp_path, monkeypatch,
+                                                                  capsys):
+    (tmp_path / "s.txt").write_text("1 2\n")
+    argv, message = BAD_ARGUMENTS[case]
+    argv = [arg.format(tmp=tmp_path, data=data_dir) for arg in argv]
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr("modeling.evaluation.load_translation_model", must_not_load)
+    before = sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, model_dir, *argv)
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("evaluate.py: error: ") and stderr.count("\n") == 1, stderr
+    assert re.search(message, stderr), stderr
+    assert sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_the_command_line_runs_with_the_evaluate_library_despite_its_name(model_dir, tmp_path):
+    """`python scripts/evaluate.py` puts scripts/ first on the import path, where this script would shadow the
+    `evaluate` library; the real exit status and one-line error of a length mismatch, in a subprocess."""
+    source, reference = tmp_path / "source.de", tmp_path / "reference.en"
+    source.write_text("1 2\n3 4\n")
+    reference.write_text("1 2\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.getenv("PYTHONPATH")])),
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, str(EVALUATE_SCRIPT), str(model_dir), "--source", str(source), "--reference",
+         str(reference)], capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"evaluate.py: error: --source {source} has 2 lines but --reference {reference} has 1; line N of the "
+        "reference must translate line N of the source\n"
+    )
