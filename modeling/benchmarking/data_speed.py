@@ -1,0 +1,204 @@
+"""Data pipeline speed: from line-aligned text files to token-budget batches, and from launch to the first step.
+
+A synthetic parallel corpus of N pairs (default 4.5M, WMT14's size) is written as `train.de` / `train.en` into a
+temporary folder: pseudo-words drawn from two 30,000-word Zipf lexicons, 12.5 +- 4.5 words per sentence (Multi30k
+has 12.4-13.0), target lengths correlated with the source. A BPE tokenizer (`train_tokenizer`, `vocab_size`) is
+trained on the first 50,000 pairs (not part of the pipeline's time: training uses a given tokenizer here).
+
+- pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.setup_training` runs, each timed:
+  load (`load_parallel_corpus` + the tokenizer), filter (`filter_pairs` with the tokenizer and `max_length`:
+  it tokenizes to measure), tokenize (`tokenize_pairs`), index (`token_lengths` + `TokenBudgetBatchSampler`).
+  Peak RSS is the process's `getrusage` peak; `rss_delta` subtracts the RSS after the imports.
+- first step: `accelerate launch scripts/train.py` on that corpus with the tokenizer given, the first benchmark size,
+  `--max_steps 1 --logging_steps 1`; seconds from starting the launcher to its "Model:" line (setup done: data,
+  model, Trainer) and to the first logged loss (the first optimizer step done). The run is stopped there.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import shlex
+import string
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+
+from ..batching import TokenBudgetBatchSampler, token_lengths
+from ..data import filter_pairs, load_parallel_corpus, tokenize_pairs
+from ..tokenization import load_tokenizers, read_lines, train_tokenizer
+from . import measure
+from .models import SIZES
+from .settings import BenchmarkSettings
+
+TOKENIZER_TRAINING_PAIRS = 50_000
+_LEXICON_SIZE = 30_000
+_CHUNK_PAIRS = 100_000
+_CHECKOUT = Path(__file__).resolve().parents[2]  # the folder holding this `modeling` package
+
+
+def _lexicon(rng: np.random.Generator) -> tuple[list[bytes], np.ndarray]:
+    """Pseudo-words with a trailing space, the sentence end ".\\n" last, and Zipf probabilities for the words."""
+    letters = np.array(list(string.ascii_lowercase))
+    word_lengths = np.minimum(1 + rng.geometric(0.22, _LEXICON_SIZE), 14)
+    words = [("".join(rng.choice(letters, length)) + " ").encode() for length in word_lengths]
+    probabilities = 1.0 / np.arange(1, _LEXICON_SIZE + 1)
+    return words + [b".\n"], probabilities / probabilities.sum()
+
+
+def _sentences(rng, words: list[bytes], probabilities: np.ndarray, lengths: np.ndarray) -> bytes:
+    ids = rng.choice(len(probabilities), size=int(lengths.sum() + len(lengths)), p=probabilities)
+    ids[np.cumsum(lengths + 1) - 1] = len(words) - 1  # each sentence ends with ".\n"
+    return b"".join([words[i] for i in ids.tolist()])
+
+
+def write_synthetic_corpus(
+    directory: str | os.PathLike, num_pairs: int, source_lang: str = "de", target_lang: str = "en", seed: int = 0
+) -> dict:
+    """Write `train.{source_lang}` and `train.{target_lang}` (see the module doc); returns their size in bytes."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng([seed, 40])
+    source_lexicon, target_lexicon = _lexicon(rng), _lexicon(rng)
+    paths = directory / f"train.{source_lang}", directory / f"train.{target_lang}"
+    with open(paths[0], "wb") as source_file, open(paths[1], "wb") as target_file:
+        for start in range(0, num_pairs, _CHUNK_PAIRS):
+            count = min(_CHUNK_PAIRS, num_pairs - start)
+            source_words = np.clip(np.rint(rng.normal(12.5, 4.5, count)), 1, 60).astype(np.int64)
+            target_words = np.clip(np.rint(source_words * rng.normal(1.0, 0.15, count)), 1, 60).astype(np.int64)
+            source_file.write(_sentences(rng, *source_lexicon, source_words))
+            target_file.write(_sentences(rng, *target_lexicon, target_words))
+    return {"pairs": num_pairs, "bytes": sum(path.stat().st_size for path in paths)}
+
+
+def train_corpus_tokenizer(corpus_dir: Path, output_dir: Path, settings: BenchmarkSettings) -> dict:
+    """Train the BPE tokenizer on the corpus's first pairs and save it to `output_dir`."""
+    pairs = min(settings.data_pairs, TOKENIZER_TRAINING_PAIRS)
+    texts = [
+        line for lang in (settings.source_lang, settings.target_lang)
+        for line in itertools.islice(read_lines(corpus_dir / f"train.{lang}"), pairs)
+    ]
+    seconds, tokenizer = measure.timed(lambda: train_tokenizer(texts, vocab_size=settings.vocab_size))
+    tokenizer.save_pretrained(output_dir)
+    return {"pairs": pairs, "vocab_size": len(tokenizer), "seconds": seconds}
+
+
+def fresh_data_pipeline_run(spec: dict) -> dict:
+    """The data stages of the training pipeline on the corpus, timed, in a fresh process (see the module doc)."""
+    datasets.disable_progress_bars()
+    baseline = measure.rss_bytes()  # after the imports: this module's imports are the pipeline's
+    stages = {}
+
+    def stage(name, function):
+        stages[name], result = measure.timed(function)
+        return result
+
+    corpus, tokenizer = stage("load", lambda: (
+        load_parallel_corpus(spec["corpus_dir"], spec["source_lang"], spec["target_lang"]),
+        load_tokenizers(spec["tokenizer_dir"]),
+    ))
+    corpus, report = stage("filter", lambda: filter_pairs(corpus, max_length=spec["max_length"], tokenizer=tokenizer))
+    tokenized = stage("tokenize", lambda: tokenize_pairs(corpus, tokenizer))
+    sampler = stage("index", lambda: TokenBudgetBatchSampler(
+        *token_lengths(tokenized["train"]), spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"]
+    ))
+    peak = measure.peak_rss_bytes()
+    return {
+        "stage_seconds": stages,
+        "seconds": sum(stages.values()),
+        "pairs_per_s": report["train"]["total"] / sum(stages.values()),
+        "kept_pairs": report["train"]["kept"],
+        "batches": len(sampler),
+        "peak_rss_bytes": peak,
+        "rss_delta_bytes": peak - baseline,
+    }
+
+
+def train_command(
+    train_script: Path, corpus_dir: Path, tokenizer_dir: Path, output_dir: Path, settings: BenchmarkSettings
+) -> list[str]:
+    """`accelerate launch scripts/train.py ...` for one optimizer step on the corpus, with the first benchmark size."""
+    preset, dimensions = SIZES[settings.sizes[0]]
+    model_flags = {  # scripts/train.py's names for the size's dimensions
+        "d_model": dimensions.get("d_model"),
+        "encoder_layers": dimensions.get("encoder_layers"),
+        "decoder_layers": dimensions.get("decoder_layers"),
+        "attention_heads": dimensions.get("encoder_attention_heads"),
+        "ffn_dim": dimensions.get("encoder_ffn_dim"),
+        "pad_to_multiple_of": settings.pad_to_multiple_of,
+    }
+    flags = [(f"--{flag}", value) for flag, value in model_flags.items() if value is not None]
+    launcher = [
+        sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--num_processes", "1",
+        "--dynamo_backend", "no", "--mixed_precision", "bf16" if settings.dtype == "bf16" else "no",
+        *(["--cpu"] if settings.device == "cpu" else []),
+    ]
+    arguments = [
+        "--data_dir", corpus_dir, "--source_lang", settings.source_lang, "--target_lang", settings.target_lang,
+        "--tokenizer_name_or_path", tokenizer_dir, "--max_length", settings.max_length, "--preset", preset,
+        *itertools.chain.from_iterable(flags),
+        "--max_tokens", settings.max_tokens, "--max_steps", 1, "--logging_steps", 1, "--warmup_steps", 1,
+        "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+        "--seed", settings.seed, "--output_dir", output_dir,
+    ]
+    return [*launcher, str(train_script), *map(str, arguments)]
+
+
+def time_to_first_step(command: list[str], timeout: float = 3600) -> dict:
+    """Run `command` (see `train_command`) until it logs its first loss; seconds to "Model:" and to that line."""
+    environment = {
+        **os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_CHECKOUT), os.environ.get("PYTHONPATH")])),
+    }
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
+    setup = first_step = None
+    tail = collections.deque(maxlen=40)
+    try:
+        for line in process.stdout:
+            tail.append(line)
+            if setup is None and line.startswith("Model:"):
+                setup = time.perf_counter() - start
+            if "'loss'" in line:
+                first_step = time.perf_counter() - start
+                break
+    finally:
+        watchdog.cancel()
+        process.kill()  # the run has shown what is measured; its saving and evaluation are not
+        process.wait()
+    if first_step is None:
+        raise RuntimeError(
+            f"the training run logged no loss (exit code {process.returncode}); command:\n{shlex.join(command)}\n"
+            f"last output:\n{''.join(tail)}"
+        )
+    return {"setup_seconds": setup, "first_step_seconds": first_step, "command": shlex.join(command)}
+
+
+def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> dict:
+    """The data section (see the module doc); without `train_script` the first-step time is left out (None)."""
+    with tempfile.TemporaryDirectory(prefix="benchmark-data-") as temporary:
+        temporary = Path(temporary)
+        corpus_dir, tokenizer_dir = temporary / "corpus", temporary / "tokenizer"
+        corpus = write_synthetic_corpus(corpus_dir, settings.data_pairs, settings.source_lang, settings.target_lang,
+                                        settings.seed)
+        tokenizer = train_corpus_tokenizer(corpus_dir, tokenizer_dir, settings)
+        spec = {
+            "corpus_dir": str(corpus_dir), "tokenizer_dir": str(tokenizer_dir), "source_lang": settings.source_lang,
+            "target_lang": settings.target_lang, "max_length": settings.max_length,
+            "max_tokens": settings.max_tokens, "pad_to_multiple_of": settings.pad_to_multiple_of,
+        }
+        pipeline = measure.run_in_fresh_process(fresh_data_pipeline_run, spec)
+        first_step = None
+        if train_script is not None:
+            command = train_command(train_script, corpus_dir, tokenizer_dir, temporary / "run", settings)
+            first_step = time_to_first_step(command)
+    return {"corpus": corpus, "tokenizer": tokenizer, "pipeline": pipeline, "first_step": first_step}

@@ -1,0 +1,84 @@
+"""Generation speed: `generate()` with greedy search and beam search, ours against Marian, with the same weights.
+
+Both models get the same weights (`build_models` copies ours into Marian), so they compute the same function and
+generate the same tokens; `same_output` in the report says whether they did. Each (batch size, beams) setting runs
+once untimed per model (first shapes, lazy initialisation), then `repetitions` timed runs alternating the order.
+Every run: the same right-padded source batch (lengths sampled from the pair lengths), `max_new_tokens`,
+`use_cache=True` (each decoder step feeds only the newest token; the encoder-decoder attention's keys and values
+are computed once), no sampling, under the run's dtype.
+
+Generated tokens are counted per output sequence up to and including its first `</s>` (or all `max_new_tokens`
+when there is none): neither the decoder start token nor the padding after `</s>` counts. Beam search counts the
+returned best hypothesis per source, not every beam. Untrained weights rarely produce `</s>`, so most outputs run
+to `max_new_tokens`, and the rate is close to steps x batch size / time.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from .lengths import PairLengths, source_batch, source_lengths_sample
+from .measure import autocast, interleaved, timed
+from .models import MODEL_NAMES, benchmark_config, build_models
+from .report import comparison
+from .settings import BenchmarkSettings
+
+
+def generated_tokens(sequences: torch.Tensor, eos_token_id: int) -> int:
+    """Tokens `generate` produced (see the module doc): each row after the decoder start token, through its first
+    `</s>`."""
+    generated = sequences[:, 1:]
+    is_eos = generated == eos_token_id
+    lengths = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, generated.shape[1])
+    return int(lengths.sum())
+
+
+def generation_setting_name(num_beams: int, batch_size: int) -> str:
+    return f"{'greedy' if num_beams == 1 else f'beam{num_beams}'}_batch{batch_size}"
+
+
+def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLengths) -> dict:
+    device = torch.device(settings.device)
+    config = benchmark_config(size, settings.vocab_size)
+    models = {name: model.to(device).eval() for name, model in build_models(config, settings.seed).items()}
+    results = {}
+    for batch_size in settings.generate_batch_sizes:
+        sources = source_batch(
+            source_lengths_sample(lengths, batch_size, settings.seed), settings.vocab_size, settings.seed,
+            settings.pad_to_multiple_of,
+        )
+        sources = {key: value.to(device) for key, value in sources.items()}
+        for num_beams in settings.num_beams:
+
+            def generate(name):
+                with torch.inference_mode(), autocast(device, settings.dtype):
+                    return models[name].generate(
+                        **sources, num_beams=num_beams, do_sample=False, max_new_tokens=settings.max_new_tokens,
+                        use_cache=True,
+                    )
+
+            outputs = {name: generate(name) for name in MODEL_NAMES}  # untimed first run
+            runs = {name: [] for name in MODEL_NAMES}
+            for repetition in range(settings.repetitions):
+                for name in interleaved(MODEL_NAMES, repetition):
+                    seconds, sequences = timed(lambda: generate(name), device)
+                    runs[name].append((seconds, generated_tokens(sequences, config.eos_token_id)))
+            figures = {
+                name: {
+                    "tokens_per_s": statistics.median(tokens / seconds for seconds, tokens in name_runs),
+                    "generated_tokens": statistics.median(tokens for _, tokens in name_runs),
+                    "seconds": [seconds for seconds, _ in name_runs],
+                }
+                for name, name_runs in runs.items()
+            }
+            same = outputs["ours"].shape == outputs["marian"].shape and torch.equal(outputs["ours"], outputs["marian"])
+            results[generation_setting_name(num_beams, batch_size)] = {
+                "num_beams": num_beams,
+                "batch_size": batch_size,
+                "max_new_tokens": settings.max_new_tokens,
+                "same_output": bool(same),
+                **comparison(figures),
+            }
+    return results

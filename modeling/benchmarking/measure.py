@@ -1,0 +1,143 @@
+"""Clocks, the matmul peak, FLOP counting, memory and fresh processes: how every benchmark figure is measured."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import multiprocessing
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable
+
+import psutil
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+aten = torch.ops.aten
+# torch's FLOP counter knows the CUDA attention kernels but not the fused CPU one that SDPA runs on a CPU; without
+# these the attention scores and weighted sums (2 of the ~12 d_model^2-sized matmuls per token) go uncounted.
+CPU_ATTENTION_FLOPS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: (
+        lambda query, key, value, *args, out_shape=None, **kwargs: sdpa_flop_count(query, key, value)
+    ),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+        lambda grad_out, query, key, value, *args, out_shape=None, **kwargs: sdpa_backward_flop_count(
+            grad_out, query, key, value
+        )
+    ),
+}
+
+
+def synchronize(device: torch.device | None) -> None:
+    """Wait for queued GPU work, so a clock read after it counts it."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(function: Callable, device: torch.device | None = None):
+    """(seconds, result) of `function()`, with the device synchronised before both clock reads."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = function()
+    synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def autocast(device: torch.device, dtype: str):
+    """bf16 autocast (both models' matmuls in bf16, master weights fp32), or nothing for fp32."""
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[dtype])
+
+
+def count_flops(function: Callable[[], object]) -> int:
+    """Floating-point operations of the matmuls, convolutions and attention kernels `function()` runs, by
+    `torch.utils.flop_counter.FlopCounterMode` (multiply-add = 2 FLOPs; other operations are not counted)."""
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS) as counter:
+        function()
+    return counter.get_total_flops()
+
+
+def matmul_peak(device: torch.device, dtype: str, size: int, repeats: int = 5) -> dict:
+    """The measured matmul peak: the best rate of `repeats` size x size @ size x size matmuls in `dtype`."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(size, size, generator=generator, device=device, dtype=DTYPES[dtype]) for _ in range(2))
+    torch.matmul(a, b)  # warm-up: thread pools, kernel selection
+    best = min(timed(lambda: torch.matmul(a, b), device)[0] for _ in range(repeats))
+    return {"size": size, "dtype": dtype, "seconds": best, "flops_per_s": 2 * size**3 / best}
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    return psutil.Process().memory_info().rss
+
+
+def peak_rss_bytes() -> int:
+    """This process's highest resident memory so far (`getrusage` ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+class MemoryWatch:
+    """Peak memory from `start()` to `read()`: on CUDA `torch.cuda.max_memory_allocated` (the caching allocator's
+    live tensors, reset at `start`); on a CPU the process's peak RSS (`getrusage`), which cannot be reset, so it
+    is only meaningful in a fresh process (see `run_in_fresh_process`). `read()` returns the peak and the peak minus
+    what was in use at `start()`."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.baseline = 0
+
+    @property
+    def method(self) -> str:
+        if self.device.type == "cuda":
+            return "torch.cuda.max_memory_allocated in a fresh process"
+        return "peak RSS (getrusage ru_maxrss) of a fresh process"
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.baseline = torch.cuda.memory_allocated(self.device)
+        else:
+            self.baseline = rss_bytes()
+
+    def read(self) -> tuple[int, int]:
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            peak = peak_rss_bytes()
+        return peak, peak - self.baseline
+
+
+def run_in_fresh_process(function: Callable, *args):
+    """`function(*args)` in a new Python process (spawned: nothing inherited from this one: no allocator caches,
+    no kernel caches, a clean peak RSS). `function` must be importable and its arguments and result picklable."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as executor:
+        return executor.submit(function, *args).result()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+
+
+def interleaved(names: tuple[str, ...], repetition: int) -> tuple[str, ...]:
+    """The order of the models in a repetition: as given in even ones, reversed in odd ones."""
+    return names if repetition % 2 == 0 else names[::-1]

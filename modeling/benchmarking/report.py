@@ -1,0 +1,97 @@
+"""Figures side by side: ratios ours/Marian, the printed table and the JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+MIB = 2**20
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def comparison(figures: dict[str, dict]) -> dict:
+    """{"ours": figures, "marian": figures, "ratio": {name: ours / marian}} for every number both have (None when
+    Marian's is 0). Lists, such as the seconds of each run, are kept but not divided."""
+    ours, marian = figures["ours"], figures["marian"]
+    ratio = {
+        name: (value / marian[name] if marian[name] else None)
+        for name, value in ours.items()
+        if _is_number(value) and _is_number(marian.get(name))
+    }
+    return {"ours": ours, "marian": marian, "ratio": ratio}
+
+
+def write_results(results: dict, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _flops(value: float) -> str:
+    return f"{value / 1e12:,.2f} T" if value >= 1e12 else f"{value / 1e9:,.1f} G"
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _compared(rows, section, size, label, compared, key, show):
+    ours, marian = compared["ours"], compared["marian"]
+    rows.append((section, size, label, show(ours), show(marian), _ratio(compared["ratio"].get(key))))
+
+
+def format_table(results: dict) -> str:
+    """The figures as a text table (every figure is also in the JSON, with the seconds of each run)."""
+    environment = results["environment"]
+    peak = results["matmul_peak"]
+    lines = [
+        f"Annotated Transformer vs MarianMTModel on {environment['device']} ({environment['device_name']}, "
+        f"{environment['threads']} threads), {environment['dtype']}, torch {environment['torch']}, transformers "
+        f"{environment['transformers']}, {environment['date']}",
+        f"matmul peak ({peak['size']}^3 {peak['dtype']}): {_flops(peak['flops_per_s'])}FLOP/s; lengths: "
+        f"{results['lengths']['origin']} (mean source {results['lengths']['source_mean']:.1f}, target "
+        f"{results['lengths']['target_mean']:.1f} tokens)",
+        "",
+    ]
+    rows = [("section", "size", "figure", "ours", "marian", "ours/marian")]
+    for size, train in results.get("train", {}).items():
+        work = train["workload"]
+        label = f"model: parameters, GFLOP/step ({work['steps']} steps, {work['target_tokens']:,} target tokens)"
+        _compared(rows, "train", size, label, train["model"], "flops_per_step",
+                  lambda m: f"{m['trainable_parameters'] / 1e6:.2f}M, {m['flops_per_step'] / 1e9:,.1f}")
+        for phase in ("first_epoch", "steady"):
+            name = phase.replace("_", " ")
+            _compared(rows, "train", size, f"{name}: target tokens/s", train[phase], "target_tokens_per_s",
+                      lambda m: f"{m['target_tokens_per_s']:,.0f}")
+            _compared(rows, "train", size, f"{name}: FLOP/s (% of peak)", train[phase], "flops_per_s",
+                      lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
+        _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
+                  lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
+    for size, settings in results.get("generate", {}).items():
+        for name, generated in settings.items():
+            search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
+            label = f"{search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: tokens/s"
+            label += "" if generated["same_output"] else " (outputs differ)"
+            _compared(rows, "generate", size, label, generated, "tokens_per_s", lambda m: f"{m['tokens_per_s']:,.0f}")
+    data = results.get("data")
+    if data:
+        pipeline, stages = data["pipeline"], data["pipeline"]["stage_seconds"]
+        rows.append(("data", "", f"{data['corpus']['pairs']:,} pairs: {' + '.join(stages)} s",
+                     f"{pipeline['seconds']:,.1f} = " + " + ".join(f"{s:,.1f}" for s in stages.values()), "", ""))
+        rows.append(("data", "", "pipeline peak RSS MiB (+ over the imports)",
+                     f"{pipeline['peak_rss_bytes'] / MIB:,.0f} (+{pipeline['rss_delta_bytes'] / MIB:,.0f})", "", ""))
+        first_step = data["first_step"]
+        if first_step is not None:
+            rows.append(("data", "", "launch to setup done / first step s",
+                         f"{first_step['setup_seconds']:,.1f} / {first_step['first_step_seconds']:,.1f}", "", ""))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        cells = [cell.ljust(width) if column < 3 else cell.rjust(width)
+                 for column, (cell, width) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

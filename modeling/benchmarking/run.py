@@ -1,0 +1,93 @@
+"""`run_benchmark`: the environment, the matmul peak, then each chosen section for each size."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import datasets
+import torch
+import transformers
+
+from .data_speed import benchmark_data
+from .generation_speed import benchmark_generation
+from .lengths import corpus_lengths, synthetic_lengths
+from .measure import MemoryWatch, device_name, matmul_peak
+from .settings import BenchmarkSettings
+from .training_speed import benchmark_training
+
+
+def _git_commit() -> str | None:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def environment(settings: BenchmarkSettings) -> dict:
+    device = torch.device(settings.device)
+    return {
+        "device": settings.device,
+        "device_name": device_name(device),
+        "cpu": device_name(torch.device("cpu")),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "dtype": settings.dtype,
+        "memory_method": MemoryWatch(device).method,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda if settings.device == "cuda" else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "command": " ".join(sys.argv),
+    }
+
+
+def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None, log=print) -> dict:
+    """Every figure the settings ask for, as one JSON-ready dict; `train_script` (scripts/train.py) is launched for
+    the data section's time to the first step."""
+    start = time.perf_counter()
+    datasets.disable_progress_bars()
+    torch.set_num_threads(settings.threads)
+    device = torch.device(settings.device)
+    results = {"environment": environment(settings), "settings": settings.to_dict()}
+    log = _with_elapsed_time(log, start)
+    log("measuring the matmul peak")
+    results["matmul_peak"] = matmul_peak(device, settings.dtype, settings.peak_matmul_size)
+    if settings.data_dir and Path(settings.data_dir).is_dir():
+        log(f"tokenizing {settings.data_dir} for its lengths")
+        lengths = corpus_lengths(settings.data_dir, settings.source_lang, settings.target_lang, settings.vocab_size,
+                                 settings.max_length)
+    else:
+        log(f"{settings.data_dir} not found: synthetic Multi30k-like lengths")
+        lengths = synthetic_lengths(seed=settings.seed)
+    results["lengths"] = lengths.summary()
+    if "train" in settings.sections:
+        results["train"] = {}
+        for size in settings.sizes:
+            log(f"train: {size}")
+            results["train"][size] = benchmark_training(size, settings, lengths, results["matmul_peak"]["flops_per_s"])
+    if "generate" in settings.sections:
+        results["generate"] = {}
+        for size in settings.sizes:
+            log(f"generate: {size}")
+            results["generate"][size] = benchmark_generation(size, settings, lengths)
+    if "data" in settings.sections:
+        log(f"data: {settings.data_pairs:,} pairs")
+        results["data"] = benchmark_data(settings, train_script)
+    results["environment"]["benchmark_seconds"] = time.perf_counter() - start
+    log("done")
+    return results
+
+
+def _with_elapsed_time(log, start: float):
+    return lambda message: log(f"[{time.perf_counter() - start:6.0f} s] {message}")

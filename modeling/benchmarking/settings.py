@@ -1,0 +1,142 @@
+"""Every option of the benchmark, its defaults (per device, and for `--quick`), and their checks: one place."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from .measure import DTYPES
+from .models import SIZES
+
+SECTIONS = ("train", "generate", "data")
+DEVICES = ("cpu", "cuda")
+DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
+WMT14_PAIRS = 4_500_000
+
+# A default is taken from the first of: the command line, QUICK_DEFAULTS (with --quick), DEVICE_DEFAULTS, DEFAULTS.
+DEFAULTS = dict(
+    sections=list(SECTIONS), repetitions=3, fresh_runs=2, num_beams=[1, 4], max_new_tokens=32,
+    data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en", vocab_size=8000,
+    max_length=128, seed=0,
+)
+DEVICE_DEFAULTS = {
+    "cpu": dict(
+        sizes=["small", "base"], dtype="fp32", max_tokens=2048, steps=20, generate_batch_sizes=[32],
+        pad_to_multiple_of=None, peak_matmul_size=2048,
+    ),
+    "cuda": dict(
+        sizes=["small", "base", "big"], dtype="bf16", max_tokens=32768, steps=50, generate_batch_sizes=[128, 512],
+        pad_to_multiple_of=8, peak_matmul_size=8192,
+    ),
+}
+QUICK_DEFAULTS = dict(sizes=["small"], steps=3, repetitions=2, fresh_runs=1, max_new_tokens=16, data_pairs=20_000)
+
+
+@dataclass
+class BenchmarkSettings:
+    sizes: list[str]
+    sections: list[str]
+    device: str
+    dtype: str
+    max_tokens: int
+    steps: int
+    repetitions: int
+    fresh_runs: int
+    generate_batch_sizes: list[int]
+    num_beams: list[int]
+    max_new_tokens: int
+    data_pairs: int
+    data_dir: str | None
+    source_lang: str
+    target_lang: str
+    vocab_size: int
+    max_length: int
+    pad_to_multiple_of: int | None
+    peak_matmul_size: int
+    threads: int
+    seed: int
+    quick: bool
+    output: str
+
+    def __post_init__(self):
+        for name, value, choices in (("sizes", self.sizes, SIZES), ("sections", self.sections, SECTIONS)):
+            unknown = [item for item in value if item not in choices]
+            if unknown or not value:
+                raise ValueError(f"--{name} {value}: choose one or more of {list(choices)}.")
+        if self.device not in DEVICES:
+            raise ValueError(f"--device {self.device!r}: choose one of {list(DEVICES)}.")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda, but torch sees no CUDA GPU; use --device cpu.")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype {self.dtype!r}: choose one of {list(DTYPES)}.")
+        positive = ("max_tokens", "steps", "repetitions", "fresh_runs", "max_new_tokens", "data_pairs", "vocab_size",
+                    "max_length", "peak_matmul_size", "threads")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}.")
+        for name in ("generate_batch_sizes", "num_beams"):
+            if not getattr(self, name) or min(getattr(self, name)) < 1:
+                raise ValueError(f"--{name} needs one or more positive numbers, got {getattr(self, name)}.")
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise ValueError(f"--pad_to_multiple_of must be at least 1 (or left out), got {self.pad_to_multiple_of}.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _shown(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Speed of our Transformer against a transformers MarianMTModel of identical dimensions "
+        "(training, generation) and of the data pipeline; prints a table and writes JSON.",
+    )
+    add = parser.add_argument
+    add("--quick", action="store_true",
+        help=f"A short run: {', '.join(f'{key} {_shown(value)}' for key, value in QUICK_DEFAULTS.items())} "
+             "(under 5 minutes on 2 CPU cores); explicit flags still win.")
+    add("--only", dest="sections", nargs="+", metavar="SECTION", help=f"Sections to run: {' '.join(SECTIONS)} (all).")
+    add("--sizes", nargs="+", metavar="SIZE",
+        help=f"Model sizes: {' '.join(SIZES)} (CPU: small base; GPU: small base big).")
+    add("--device", choices=DEVICES, help="cuda when available, else cpu.")
+    add("--dtype", choices=list(DTYPES), help="fp32, or bf16 autocast (CPU: fp32; GPU: bf16).")
+    add("--max_tokens", type=int, help="Token budget per training batch (CPU: 2048; GPU: 32768).")
+    add("--steps", type=int, help="Training steps (batches) per timed pass (CPU: 20; GPU: 50).")
+    add("--repetitions", type=int, help="Timed, interleaved passes per model for steady training and generation (3).")
+    add("--fresh_runs", type=int, help="Fresh processes per model for first-epoch speed and peak memory (2).")
+    add("--batch_sizes", dest="generate_batch_sizes", type=int, nargs="+",
+        help="Generation batch sizes (CPU: 32; GPU: 128 512).")
+    add("--num_beams", type=int, nargs="+", help="Generation beams: 1 is greedy (1 4).")
+    add("--max_new_tokens", type=int, help="Tokens generated per source (32).")
+    add("--data_pairs", type=int,
+        help=f"Pairs in the synthetic corpus of the data section ({WMT14_PAIRS:,}, WMT14's size).")
+    add("--data_dir", help=f"Corpus whose training-split lengths shape the batches ({DEFAULT_DATA_DIR}); when the "
+                           "folder does not exist, a synthetic Multi30k-like length distribution.")
+    add("--source_lang", help="Source language of --data_dir (de).")
+    add("--target_lang", help="Target language of --data_dir (en).")
+    add("--vocab_size", type=int, help="Model and tokenizer vocabulary (8000).")
+    add("--max_length", type=int, help="Pairs longer than this many tokens are filtered out, as in training (128).")
+    add("--pad_to_multiple_of", type=int, help="Pad batch lengths to a multiple of this (CPU: none; GPU: 8).")
+    add("--peak_matmul_size", type=int, help="n of the n x n matmul that measures the peak (CPU: 2048; GPU: 8192).")
+    add("--threads", type=int, help=f"torch threads (this machine's default: {torch.get_num_threads()}).")
+    add("--seed", type=int, help="Seed of the lengths, batches and weights (0).")
+    add("--output", help="JSON file to write (benchmarks/results-<device>[-quick].json).")
+    return parser
+
+
+def settings_from_arguments(arguments: argparse.Namespace) -> BenchmarkSettings:
+    """Fill every option the command line left out (see the order above DEFAULTS) and check them all."""
+    given = {key: value for key, value in vars(arguments).items() if value is not None}
+    quick = given.pop("quick", False)
+    device = given.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in DEVICES:
+        raise ValueError(f"--device {device!r}: choose one of {list(DEVICES)}.")
+    values = {**DEFAULTS, **DEVICE_DEFAULTS[device], **(QUICK_DEFAULTS if quick else {}), **given}
+    values.setdefault("threads", torch.get_num_threads())
+    values.setdefault("output", f"benchmarks/results-{device}{'-quick' if quick else ''}.json")
+    return BenchmarkSettings(**{**values, "device": device, "quick": quick})

@@ -1,0 +1,187 @@
+"""Training speed: full optimizer steps on token-budget batches, ours against Marian.
+
+A step is what the Trainer does per batch: forward with `labels` (each model's own loss, both plain
+cross-entropy), backward, `AdamW.step()`, `zero_grad()`. Batches are the first `steps` batches of epoch 0 of
+`TokenBudgetBatchSampler` over Multi30k-like lengths (see `lengths`), built once as tensors on the device, so
+data loading is not in these timings (the data section times it).
+
+- first epoch: each model runs the batches in a fresh process, where no batch shape has been seen before (no
+  allocator or kernel cache warmed by the other model), one process per model and run, alternating which
+  model goes first. One untimed step on a one-pair batch first starts what any run starts once (threads, CUDA
+  libraries, optimizer state). Peak memory is measured there (see `MemoryWatch`), from before that step.
+- steady: both models in this process, after one untimed pass over the same batches (every shape seen), then
+  `repetitions` timed passes alternating the order ours/Marian, Marian/ours, so drift hits both.
+
+Figures are medians over runs: target tokens/s counts real target tokens (labels that are not padding), FLOP/s
+is the steps' FLOPs (`TrainingFlops`) over the same time, and peak_fraction divides it by the measured matmul peak.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import measure
+from .lengths import PairLengths, batch_lengths, training_batch
+from .measure import MemoryWatch, autocast, count_flops, interleaved, timed
+from .models import MODEL_NAMES, benchmark_config, build_model, build_models, trainable_parameters
+from .report import comparison
+from .settings import BenchmarkSettings
+
+# (source, target) lengths of the one-pair batches whose FLOPs fix `TrainingFlops`' coefficients (more than 5 points,
+# so an exact fit is a check that the FLOPs really are this polynomial).
+_FLOP_FIT_SHAPES = ((2, 3), (3, 2), (4, 4), (5, 3), (3, 6), (6, 5), (7, 2), (4, 7))
+
+
+def make_optimizer(model) -> torch.optim.AdamW:
+    """The paper's Adam settings (§5.3); the learning rate does not change the speed."""
+    return torch.optim.AdamW(trainable_parameters(model), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
+
+
+def forward_backward(model, batch: dict, device: torch.device, dtype: str) -> None:
+    with autocast(device, dtype):
+        loss = model(**batch).loss
+    loss.backward()
+
+
+def training_step(model, optimizer, batch: dict, device: torch.device, dtype: str) -> None:
+    forward_backward(model, batch, device, dtype)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+@dataclass(frozen=True)
+class TrainingFlops:
+    """FLOPs of a forward + backward pass (the optimizer step has no matmuls) for any batch shape.
+
+    A batch of n pairs padded to S source and T target positions costs n * (a S + b T + c S^2 + d T^2 + e S T):
+    projections, feed-forward networks and the output layer are linear in the positions, self-attention
+    quadratic, encoder-decoder attention S * T. The coefficients are fitted to `FlopCounterMode` counts of
+    one-pair batches, so every batch of a run is counted exactly without counting each one (slow)."""
+
+    coefficients: tuple[float, ...]
+
+    @staticmethod
+    def _monomials(source: int, target: int) -> list[int]:
+        return [source, target, source * source, target * target, source * target]
+
+    @classmethod
+    def fit(cls, model, device: torch.device, dtype: str, vocab_size: int) -> "TrainingFlops":
+        rows, counts = [], []
+        for source, target in _FLOP_FIT_SHAPES:
+            batch = {k: v.to(device) for k, v in training_batch([source], [target], vocab_size, seed=0).items()}
+            counts.append(count_flops(lambda: forward_backward(model, batch, device, dtype)))
+            rows.append(cls._monomials(source, target))
+        model.zero_grad(set_to_none=True)
+        rows, counts = np.array(rows, dtype=np.float64), np.array(counts, dtype=np.float64)
+        coefficients = np.linalg.lstsq(rows, counts, rcond=None)[0]
+        error = np.abs(rows @ coefficients - counts).max() / counts.max()
+        if error > 1e-9:
+            raise RuntimeError(
+                f"the training FLOPs of {type(model).__name__} are not a polynomial a S + b T + c S^2 + d T^2 + e S T "
+                f"in the padded lengths (relative fit error {error:.2e}); count each batch with count_flops instead"
+            )
+        return cls(tuple(float(c) for c in coefficients))
+
+    def __call__(self, batch: dict) -> int:
+        pairs, source = batch["input_ids"].shape
+        target = batch["labels"].shape[1]
+        return round(pairs * float(np.dot(self.coefficients, self._monomials(source, target))))
+
+
+def _device_batches(pair_lengths, settings: BenchmarkSettings, device: torch.device) -> list[dict]:
+    return [
+        {key: value.to(device) for key, value in training_batch(
+            source, target, settings.vocab_size, settings.seed + index, settings.pad_to_multiple_of
+        ).items()}
+        for index, (source, target) in enumerate(pair_lengths)
+    ]
+
+
+def fresh_training_run(spec: dict) -> dict:
+    """One model's first pass over the batches, in a fresh process (see `run_in_fresh_process`)."""
+    settings = BenchmarkSettings(**spec["settings"])
+    torch.set_num_threads(settings.threads)
+    device = torch.device(settings.device)
+    model = build_model(spec["model"], benchmark_config(spec["size"], settings.vocab_size), settings.seed)
+    model = model.to(device).train()
+    optimizer = make_optimizer(model)
+    batches = _device_batches(spec["batch_lengths"], settings, device)
+    memory = MemoryWatch(device)
+    memory.start()
+    # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
+    # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
+    warm_up = _device_batches([([2], [2])], settings, device)[0]
+    training_step(model, optimizer, warm_up, device, settings.dtype)
+    step_seconds = [timed(lambda: training_step(model, optimizer, batch, device, settings.dtype), device)[0]
+                    for batch in batches]
+    peak, training = memory.read()
+    return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
+            "training_memory_bytes": training}
+
+
+def benchmark_training(
+    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float
+) -> dict:
+    device = torch.device(settings.device)
+    config = benchmark_config(size, settings.vocab_size)
+    steps = batch_lengths(lengths, settings.max_tokens, settings.steps, settings.seed, settings.pad_to_multiple_of)
+    target_tokens = sum(sum(target) for _, target in steps)
+
+    first_runs = {name: [] for name in MODEL_NAMES}
+    for run in range(settings.fresh_runs):
+        for name in interleaved(MODEL_NAMES, run):
+            spec = {"model": name, "size": size, "settings": settings.to_dict(), "batch_lengths": steps}
+            first_runs[name].append(measure.run_in_fresh_process(fresh_training_run, spec))
+
+    models = {name: model.to(device).train() for name, model in build_models(config, settings.seed).items()}
+    batches = _device_batches(steps, settings, device)
+    flops = {name: sum(map(TrainingFlops.fit(model, device, settings.dtype, settings.vocab_size), batches))
+             for name, model in models.items()}
+    optimizers = {name: make_optimizer(model) for name, model in models.items()}
+
+    def run_all(name):
+        for batch in batches:
+            training_step(models[name], optimizers[name], batch, device, settings.dtype)
+
+    for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
+        run_all(name)
+    steady_seconds = {name: [] for name in MODEL_NAMES}
+    for repetition in range(settings.repetitions):
+        for name in interleaved(MODEL_NAMES, repetition):
+            steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
+
+    def rates(name, seconds):
+        tokens_per_s = statistics.median(target_tokens / s for s in seconds)
+        flops_per_s = tokens_per_s * flops[name] / target_tokens
+        return {"target_tokens_per_s": tokens_per_s, "flops_per_s": flops_per_s,
+                "peak_fraction": flops_per_s / peak_flops_per_s, "seconds": list(seconds)}
+
+    first_epoch = {
+        name: {**rates(name, [run["seconds"] for run in runs]),
+               "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
+               "training_memory_bytes": max(run["training_memory_bytes"] for run in runs)}
+        for name, runs in first_runs.items()
+    }
+    padded = [(batch["input_ids"].numel(), batch["labels"].numel()) for batch in batches]
+    return {
+        "workload": {
+            "steps": len(steps),
+            "pairs": sum(len(source) for source, _ in steps),
+            "source_tokens": sum(sum(source) for source, _ in steps),
+            "target_tokens": target_tokens,
+            "padded_source_tokens": sum(source for source, _ in padded),
+            "padded_target_tokens": sum(target for _, target in padded),
+        },
+        "model": comparison({
+            name: {"trainable_parameters": model.num_parameters(only_trainable=True),
+                   "flops_per_step": flops[name] / len(steps),
+                   "attention_implementation": model.config._attn_implementation}
+            for name, model in models.items()
+        }),
+        "first_epoch": comparison(first_epoch),
+        "steady": comparison({name: rates(name, seconds) for name, seconds in steady_seconds.items()}),
+    }

@@ -1,0 +1,28 @@
+"""Benchmark our Transformer against a transformers MarianMTModel of identical dimensions, and the data pipeline.
+
+`python scripts/benchmark.py --quick` (a few minutes on 2 CPU cores); `--help` lists the options. Prints a table
+and writes every figure, with the environment, to JSON (default benchmarks/results-<device>[-quick].json).
+What each figure means and how it is measured: modeling/benchmarking/ (each module's doc).
+"""
+
+import sys
+from pathlib import Path
+
+from modeling.benchmarking import build_parser, format_table, run_benchmark, settings_from_arguments, write_results
+
+TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    try:
+        settings = settings_from_arguments(parser.parse_args(argv))
+    except ValueError as error:
+        parser.error(str(error))
+    results = run_benchmark(settings, train_script=TRAIN_SCRIPT, log=lambda message: print(message, file=sys.stderr))
+    print(format_table(results))
+    print(f"\nwrote {write_results(results, settings.output)}")
+
+
+if __name__ == "__main__":
+    main()

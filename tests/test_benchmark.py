@@ -1,0 +1,234 @@
+"""The benchmark's twin models are the same model, and a minimal run's JSON holds every figure and ratio.
+
+No timing is asserted: only that the figures exist, are positive where they must be, and that ratios are
+ours / Marian."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers.initialization import no_init_weights
+
+from modeling.benchmarking import measure
+from modeling.benchmarking.generation_speed import generated_tokens
+from modeling.benchmarking.lengths import synthetic_lengths, training_batch
+from modeling.benchmarking.models import (
+    SIZES,
+    benchmark_config,
+    build_model,
+    build_models,
+    marian_config,
+    marian_parameter_name,
+)
+from modeling.benchmarking.report import format_table, write_results
+from modeling.benchmarking.run import run_benchmark
+from modeling.benchmarking.settings import build_parser, settings_from_arguments
+from modeling.benchmarking.training_speed import TrainingFlops, forward_backward
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 300
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and far faster than on two on a busy machine (OpenMP's threads wait
+    for each other at every operation)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_twins():
+    models = build_models(benchmark_config("tiny", VOCAB), seed=0)
+    return models["ours"].eval(), models["marian"].eval()
+
+
+def padded_pairs():
+    return training_batch([9, 5, 7], [6, 3, 4], VOCAB, seed=0)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_twins_have_the_same_parameters_tensor_by_tensor(size):
+    config = benchmark_config(size, vocab_size=8000)
+    with torch.device("meta"):
+        ours = build_model("ours", config)
+        with no_init_weights():  # Marian's init computes its sinusoid tables in Python: seconds for `big`
+            marian = build_model("marian", config)
+        marian.tie_weights()  # which `no_init_weights` also skips
+    assert marian.lm_head.weight is marian.model.shared.weight is marian.model.encoder.embed_tokens.weight
+    ours_shapes = {marian_parameter_name(name): p.shape for name, p in ours.named_parameters()}
+    marian_shapes = {name: p.shape for name, p in marian.named_parameters() if p.requires_grad}
+    assert ours_shapes == marian_shapes
+    assert ours.num_parameters() == marian.num_parameters(only_trainable=True)
+    # What Marian has beyond: its two frozen positional tables (ours are buffers).
+    frozen = {name for name, p in marian.named_parameters() if not p.requires_grad}
+    assert frozen == {"model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}
+
+
+@pytest.mark.parametrize("size", ["small", "big"])
+def test_twins_match_in_configuration(size):
+    config = benchmark_config(size)
+    marian = marian_config(config)
+    for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                 "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "dropout", "attention_dropout",
+                 "activation_dropout", "activation_function", "max_position_embeddings", "scale_embedding",
+                 "tie_word_embeddings", "pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        assert getattr(marian, name) == getattr(config, name), name
+    assert (config.norm_first, config.scale_embedding, config.activation_function) == (False, True, "relu")
+    assert marian.forced_eos_token_id is None and marian.share_encoder_decoder_embeddings
+    expected = {"small": (256, 3, 4, 1024, 0.1), "big": (1024, 6, 16, 4096, 0.3)}[size]
+    assert (config.d_model, config.encoder_layers, config.encoder_attention_heads, config.encoder_ffn_dim,
+            config.dropout) == expected
+    config.norm_first = True
+    with pytest.raises(ValueError, match="post-norm"):
+        marian_config(config)
+
+
+def test_same_weights_give_the_same_logits_loss_gradients_and_generations():
+    ours, marian = tiny_twins()
+    batch = padded_pairs()
+    out_ours, out_marian = ours(**batch), marian(**batch)
+    torch.testing.assert_close(out_ours.logits, out_marian.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out_ours.loss, out_marian.loss)
+    out_ours.loss.backward()
+    out_marian.loss.backward()
+    marian_parameters = dict(marian.named_parameters())
+    for name, parameter in ours.named_parameters():
+        torch.testing.assert_close(parameter.grad, marian_parameters[marian_parameter_name(name)].grad,
+                                   atol=1e-5, rtol=1e-4, msg=name)
+    sources = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    for num_beams in (1, 3):
+        generated = [model.generate(**sources, num_beams=num_beams, max_new_tokens=6) for model in (ours, marian)]
+        assert torch.equal(*generated)
+
+
+def test_positional_tables_hold_the_same_sinusoids_in_another_layout():
+    """Marian puts sin in the first half of the columns and cos in the second; ours interleaves them (§3.5)."""
+    config = benchmark_config("tiny", VOCAB)
+    ours_table = build_model("ours", config).model.encoder.embeddings.embed_positions.encoding
+    marian_table = build_model("marian", config).model.encoder.embed_positions.weight
+    halves = torch.cat([torch.arange(0, config.d_model, 2), torch.arange(1, config.d_model, 2)])
+    torch.testing.assert_close(marian_table, ours_table[:, halves], atol=1e-5, rtol=0)
+    assert not torch.allclose(marian_table, ours_table)
+
+
+def test_training_flops_are_counted_exactly_for_any_batch_shape():
+    ours, marian = tiny_twins()
+    cpu = torch.device("cpu")
+    batch = padded_pairs()
+    for model in (ours, marian):
+        flops = TrainingFlops.fit(model.train(), cpu, "fp32", VOCAB)
+        assert flops(batch) == measure.count_flops(lambda: forward_backward(model, batch, cpu, "fp32"))
+    # torch's counter alone misses the CPU attention kernel: the custom mapping adds it.
+    with FlopCounterMode(display=False) as plain:
+        forward_backward(ours, batch, cpu, "fp32")
+    assert plain.get_total_flops() < measure.count_flops(lambda: forward_backward(ours, batch, cpu, "fp32"))
+
+
+def test_generated_tokens_count_through_the_first_eos():
+    eos, pad = 2, 0
+    sequences = torch.tensor([
+        [1, 5, 6, eos, pad, pad],  # 3 tokens, </s> included
+        [1, 7, 8, 9, 10, 11],  # no </s>: all 5
+        [1, eos, 5, eos, pad, pad],  # only through the first </s>
+    ])
+    assert generated_tokens(sequences, eos) == 3 + 5 + 1
+
+
+def test_batches_are_padded_like_the_collator():
+    batch = training_batch([4, 2], [3, 5], VOCAB, seed=0, pad_to_multiple_of=8)
+    assert batch["input_ids"].shape == (2, 8) and batch["labels"].shape == (2, 8)
+    assert batch["input_ids"][0, :4].tolist()[-1] == 2 and batch["input_ids"][0, 4:].eq(0).all()
+    assert batch["attention_mask"].sum(1).tolist() == [4, 2]
+    assert batch["labels"][1, 4] == 2 and batch["labels"][1, 5:].eq(-100).all()
+    assert batch["labels"][0, 3:].eq(-100).all()
+    assert batch["input_ids"][batch["attention_mask"].bool()].ge(2).all()
+    lengths = synthetic_lengths(seed=0)
+    assert 14 < lengths.source.mean() < 18 and 4 < lengths.source.std() < 8
+
+
+def test_settings_defaults_quick_and_errors():
+    parse = lambda *argv: settings_from_arguments(build_parser().parse_args(["--device", "cpu", *argv]))
+    full, quick = parse(), parse("--quick")
+    assert (full.sizes, full.max_tokens, full.data_pairs, full.dtype) == (["small", "base"], 2048, 4_500_000, "fp32")
+    assert quick.sizes == ["small"] and quick.steps < full.steps and quick.data_pairs < full.data_pairs
+    assert quick.output == "benchmarks/results-cpu-quick.json"
+    assert parse("--quick", "--steps", "7").steps == 7  # explicit flags win
+    with pytest.raises(ValueError, match="'huge'"):
+        parse("--sizes", "huge")
+    with pytest.raises(ValueError, match="--steps must be at least 1, got 0"):
+        parse("--steps", "0")
+
+
+def tiny_arguments(tmp_path, *extra):
+    return ["--device", "cpu", "--sizes", "tiny", "--vocab_size", str(VOCAB), "--steps", "2", "--repetitions", "2",
+            "--fresh_runs", "1", "--batch_sizes", "3", "--num_beams", "1", "2", "--max_new_tokens", "3",
+            "--max_tokens", "256", "--data_pairs", "300", "--peak_matmul_size", "64", "--threads", "1",
+            "--data_dir", str(tmp_path / "no-corpus"), "--output", str(tmp_path / "results.json"), *extra]
+
+
+def comparisons(node, path=()):
+    """Every {"ours", "marian", "ratio"} dict in the results, with its path."""
+    if isinstance(node, dict):
+        if {"ours", "marian", "ratio"} <= node.keys():
+            yield path, node
+        for key, value in node.items():
+            yield from comparisons(value, (*path, key))
+
+
+def check_results(results, fresh_processes=True):
+    train, generate = results["train"]["tiny"], results["generate"]["tiny"]
+    for phase in ("first_epoch", "steady"):
+        for name in ("ours", "marian"):
+            assert {"target_tokens_per_s", "flops_per_s", "peak_fraction", "seconds"} <= train[phase][name].keys()
+    for name in ("ours", "marian"):
+        assert {"peak_memory_bytes", "training_memory_bytes"} <= train["first_epoch"][name].keys()
+        assert train["model"][name]["flops_per_step"] > 0
+    assert set(generate) == {"greedy_batch3", "beam2_batch3"}
+    found = list(comparisons(results))
+    assert len(found) == 3 + 2
+    for path, compared in found:
+        numbers = {k for k, v in compared["ours"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        assert numbers and set(compared["ratio"]) == numbers, path
+        for key in numbers:
+            if fresh_processes or "memory" not in key:  # a peak RSS in this test's process says little
+                assert compared["ours"][key] > 0 and compared["marian"][key] > 0, (path, key)
+            assert compared["ratio"][key] == pytest.approx(compared["ours"][key] / compared["marian"][key]), (path, key)
+    assert train["model"]["ratio"] == {"trainable_parameters": 1.0, "flops_per_step": 1.0}
+    pipeline = results["data"]["pipeline"]
+    assert set(pipeline["stage_seconds"]) == {"load", "filter", "tokenize", "index"}
+    assert pipeline["peak_rss_bytes"] > 0 and pipeline["batches"] > 0
+    environment = results["environment"]
+    for key in ("device", "device_name", "torch", "transformers", "threads", "date", "cpu"):
+        assert environment[key], key
+    assert results["matmul_peak"]["flops_per_s"] > 0 and results["lengths"]["origin"].startswith("synthetic")
+
+
+def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
+    """Everything but the processes: fresh-process runs go in this one, and no training run is launched."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    settings = settings_from_arguments(build_parser().parse_args(tiny_arguments(tmp_path)))
+    results = run_benchmark(settings, train_script=None, log=lambda message: None)
+    written = json.loads(write_results(results, settings.output).read_text())
+    check_results(written, fresh_processes=False)
+    assert written["data"]["first_step"] is None
+    assert "first epoch: target tokens/s" in format_table(written)
+
+
+@pytest.mark.slow
+def test_command_line_run_with_fresh_processes_and_first_step(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), *tiny_arguments(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    check_results(results)
+    first_step = results["data"]["first_step"]
+    assert 0 < first_step["setup_seconds"] < first_step["first_step_seconds"]
+    assert "ours/marian" in result.stdout
