@@ -38,6 +38,8 @@ def environment(settings: BenchmarkSettings) -> dict:
         "device_name": device_name(device),
         "cpu": device_name(torch.device("cpu")),
         "cpu_count": os.cpu_count(),
+        # Other work on the machine disturbs the timings: the 1-minute load average says how busy it was.
+        "load_average_at_start": os.getloadavg()[0],
         "threads": torch.get_num_threads(),
         "dtype": settings.dtype,
         "memory_method": MemoryWatch(device).method,
@@ -84,6 +86,7 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
         results["data"] = benchmark_data(settings, train_script)
+    results["environment"]["load_average_at_end"] = os.getloadavg()[0]
     results["environment"]["benchmark_seconds"] = time.perf_counter() - start
     log("done")
     return results

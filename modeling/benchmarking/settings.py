@@ -24,7 +24,7 @@ DEFAULTS = dict(
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
-        sizes=["small", "base"], dtype="fp32", max_tokens=2048, steps=20, generate_batch_sizes=[32],
+        sizes=["small", "base"], dtype="fp32", max_tokens=2048, steps=10, generate_batch_sizes=[32],
         pad_to_multiple_of=None, peak_matmul_size=2048,
     ),
     "cuda": dict(
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", choices=DEVICES, help="cuda when available, else cpu.")
     add("--dtype", choices=list(DTYPES), help="fp32, or bf16 autocast (CPU: fp32; GPU: bf16).")
     add("--max_tokens", type=int, help="Token budget per training batch (CPU: 2048; GPU: 32768).")
-    add("--steps", type=int, help="Training steps (batches) per timed pass (CPU: 20; GPU: 50).")
+    add("--steps", type=int, help="Training steps (batches) per timed pass (CPU: 10; GPU: 50).")
     add("--repetitions", type=int, help="Timed, interleaved passes per model for steady training and generation (3).")
     add("--fresh_runs", type=int, help="Fresh processes per model for first-epoch speed and peak memory (2).")
     add("--batch_sizes", dest="generate_batch_sizes", type=int, nargs="+",
