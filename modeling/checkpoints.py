@@ -18,11 +18,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, weight_files, weights_problem, write_checksums
+
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+TRAINER_STATE_NAME = "trainer_state.json"
 # Training state that belongs to one checkpoint only; not copied into the averaged model.
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", TRAINER_STATE_NAME, "training_args.bin")
 TRAINING_STATE_PREFIXES = ("rng_state",)
 
 
@@ -48,18 +49,35 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
     return checkpoints[-n:]
 
 
-def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint folder's safetensors weights (single file or shards)."""
+def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
+    """Why a Trainer checkpoint folder cannot be resumed from (None if it can). The Trainer writes the weights first
+    and `trainer_state.json` last, so a save cut short (kill -9, a full disk) lacks the state or has a short file."""
     checkpoint = Path(checkpoint)
-    if (checkpoint / WEIGHTS_NAME).is_file():
-        return load_file(checkpoint / WEIGHTS_NAME)
-    if (checkpoint / WEIGHTS_INDEX_NAME).is_file():
-        shards = sorted(set(json.loads((checkpoint / WEIGHTS_INDEX_NAME).read_text())["weight_map"].values()))
-        weights = {}
-        for shard in shards:
-            weights.update(load_file(checkpoint / shard))
-        return weights
-    raise FileNotFoundError(f"no {WEIGHTS_NAME} or {WEIGHTS_INDEX_NAME} in {checkpoint}")
+    state = checkpoint / TRAINER_STATE_NAME
+    if not state.is_file():
+        return f"no {TRAINER_STATE_NAME} (its save did not finish)"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return f"{TRAINER_STATE_NAME} is not valid JSON (its save did not finish)"
+    return weights_problem(checkpoint)
+
+
+def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder's safetensors weights (single file or shards), checked first."""
+    problem = weights_problem(checkpoint)
+    if problem is not None:
+        raise ValueError(problem)
+    weights = {}
+    for path in weight_files(checkpoint):
+        weights.update(load_file(path))
+    return weights
+
+
+def holds_model(directory: str | os.PathLike) -> bool:
+    """Whether `directory` already holds a model (weights or a config): writing one there would replace it."""
+    directory = Path(directory)
+    return any((directory / name).exists() for name in (WEIGHTS_NAME, WEIGHTS_INDEX_NAME, "config.json"))
 
 
 def average_state_dicts(state_dicts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -104,6 +122,11 @@ def average_checkpoints(
     output_dir = Path(output_dir)
     if output_dir.resolve() in {checkpoint.resolve() for checkpoint in checkpoints}:
         raise ValueError(f"the output directory {output_dir} is one of the checkpoints; choose another")
+    if holds_model(output_dir):
+        raise ValueError(
+            f"the output directory {output_dir} already holds a model (its weights and model card would no longer "
+            "match); choose a new folder"
+        )
     averaged = average_state_dicts([load_weights(checkpoint) for checkpoint in checkpoints])
 
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -112,7 +135,7 @@ def average_checkpoints(
         skip = (
             path.name in TRAINING_STATE_FILES
             or path.name.startswith(TRAINING_STATE_PREFIXES)
-            or path.name == WEIGHTS_INDEX_NAME
+            or path.name in (WEIGHTS_INDEX_NAME, CHECKSUMS_NAME)
             or (path.suffix == ".safetensors")
         )
         if skip:
@@ -122,10 +145,19 @@ def average_checkpoints(
         else:
             shutil.copy2(path, output_dir / path.name)
     save_file(averaged, output_dir / WEIGHTS_NAME, metadata={"format": "pt"})
+    write_checksums(output_dir)
     (output_dir / "averaged_from.json").write_text(
         json.dumps({"checkpoints": [str(checkpoint) for checkpoint in checkpoints]}, indent=2) + "\n"
     )
     return output_dir
 
 
-__all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints", "list_checkpoints", "load_weights"]
+__all__ = [
+    "average_checkpoints",
+    "average_state_dicts",
+    "checkpoint_problem",
+    "holds_model",
+    "last_checkpoints",
+    "list_checkpoints",
+    "load_weights",
+]

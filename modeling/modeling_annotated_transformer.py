@@ -5,11 +5,12 @@ scaled dot-product and multi-head attention (§3.2), the position-wise feed-forw
 the residual + LayerNorm wrapper (§3.1, §5.4), encoder and decoder layers and stacks (§3.1), and the
 generating head with the pre-softmax projection and the label-smoothed loss (§3.4, §5.4).
 
-This file travels to the Hub as custom code: it imports only torch, transformers and the configuration
-next to it (relative import), so `trust_remote_code=True` loads it where this package is not installed.
+This file travels to the Hub as custom code: it imports only torch, transformers and the files next to it
+(relative imports: the configuration and the weights-file checks), so `trust_remote_code=True` loads it where this package is not installed.
 """
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -33,6 +34,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
+from .weight_files import verify_weights, write_checksums
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -84,9 +86,9 @@ class SinusoidalPositionalEncoding(nn.Module):
 class TransformerEmbeddings(nn.Module):
     """§3.4 + §3.5 + §5.4: token embedding * sqrt(d_model) + positional encoding, then dropout."""
 
-    def __init__(self, config: AnnotatedTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: AnnotatedTransformerConfig, vocab_size: int):
         super().__init__()
-        self.embed_tokens = embed_tokens
+        self.embed_tokens = nn.Embedding(vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = nn.Dropout(config.dropout)
@@ -305,7 +307,8 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
+    def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
+        """Save as transformers does, plus the weights' SHA-256 digests (`checksums.sha256`) that loading checks."""
         # Saved as custom code (`register_for_auto_class`), the folder should also open with `AutoModel`, not only
         # with the Auto class of the saved object, so both models go into `auto_map`.
         if self._auto_class is not None:
@@ -315,7 +318,21 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
                 "AutoModel": f"{module}.AnnotatedTransformerModel",
                 "AutoModelForSeq2SeqLM": f"{module}.AnnotatedTransformerForConditionalGeneration",
             }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        result = super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
+        if is_main_process:
+            write_checksums(save_directory)
+        return result
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """Load as transformers does, from safetensors only (never a pickle), after checking that a local folder's
+        weights files are complete and match their saved digests: a corrupt file is named in the error instead of
+        failing deep inside safetensors, or loading silently with a flipped bit."""
+        kwargs.setdefault("use_safetensors", True)
+        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if os.path.isdir(folder):
+            verify_weights(folder)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -348,9 +365,9 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
         "attentions": AnnotatedTransformerAttention,
     }
 
-    def __init__(self, config: AnnotatedTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: AnnotatedTransformerConfig):
         super().__init__(config)
-        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.embeddings = TransformerEmbeddings(config, config.src_vocab_size)
         self.layers = nn.ModuleList(
             [AnnotatedTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
         )
@@ -387,9 +404,9 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         "cross_attentions": OutputRecorder(AnnotatedTransformerAttention, index=1, layer_name="encoder_attn"),
     }
 
-    def __init__(self, config: AnnotatedTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: AnnotatedTransformerConfig):
         super().__init__(config)
-        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.embeddings = TransformerEmbeddings(config, config.vocab_size)
         self.layers = nn.ModuleList(
             [AnnotatedTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
         )
@@ -459,19 +476,18 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
     def __init__(self, config: AnnotatedTransformerConfig):
         super().__init__(config)
         if config.tie_word_embeddings:
-            # §3.4: one weight matrix shared by the two embedding layers (and the pre-softmax projection).
+            # §3.4: one weight matrix shared by the two embedding layers (and the pre-softmax projection). Each
+            # stack keeps its own module and transformers ties the parameters, so a checkpoint that lacks the
+            # shared matrix is reported missing instead of counted as loaded through the other stack.
             self.shared = nn.Embedding(config.vocab_size, config.d_model)
-            source_embeddings = target_embeddings = self.shared
             self._tied_weights_keys = {
                 "encoder.embeddings.embed_tokens.weight": "shared.weight",
                 "decoder.embeddings.embed_tokens.weight": "shared.weight",
             }
         else:
-            source_embeddings = nn.Embedding(config.src_vocab_size, config.d_model)
-            target_embeddings = nn.Embedding(config.vocab_size, config.d_model)
             self._tied_weights_keys = None
-        self.encoder = AnnotatedTransformerEncoder(config, source_embeddings)
-        self.decoder = AnnotatedTransformerDecoder(config, target_embeddings)
+        self.encoder = AnnotatedTransformerEncoder(config)
+        self.decoder = AnnotatedTransformerDecoder(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -594,13 +610,26 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         self.lm_head = new_embeddings
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        if not self.config.tie_word_embeddings:
-            raise ValueError(
-                "`resize_token_embeddings` changes the shared vocabulary of a model with tied embeddings; this model "
-                "has separate source/target vocabularies (`tie_word_embeddings=False`): resize "
-                "`model.model.encoder.embeddings.embed_tokens` and the decoder/`lm_head` explicitly instead."
+        """Resize the one vocabulary: source and target embeddings and the output projection, tied or not. With
+        separate source/target vocabularies (`src_vocab_size != vocab_size`) a single new size is ambiguous."""
+        if self.config.src_vocab_size != self.config.vocab_size:
+            raise NotImplementedError(
+                f"`resize_token_embeddings` resizes one shared vocabulary, but this model has separate source "
+                f"({self.config.src_vocab_size}) and target ({self.config.vocab_size}) vocabularies: resize "
+                "`model.model.encoder.embeddings.embed_tokens` and the decoder embeddings + `lm_head` yourself."
             )
-        return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.config.src_vocab_size = self.config.vocab_size
+        return embeddings
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        # transformers resizes the input (source) embeddings and `lm_head`; untied, the decoder's are a third matrix.
+        if not self.config.tie_word_embeddings:
+            decoder = self.model.decoder
+            decoder.set_input_embeddings(self._get_resized_embeddings(
+                decoder.get_input_embeddings(), new_num_tokens, pad_to_multiple_of, mean_resizing
+            ))
+        return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -81,6 +81,14 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             "machine's processes, as `accelerate launch --cpu` does (without --cpu it gives every process 1 thread)."
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into an output_dir that holds an earlier run: its checkpoint-* folders are deleted first "
+            "(they would mix with this run's), its other files replaced. Without it such a folder is refused, "
+            "unless --resume_from_checkpoint continues that run."
+        },
+    )
     auto_mixed_precision: bool = field(
         default=True,
         metadata={
@@ -98,6 +106,13 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(
                 f"--lr_scheduler noam needs --warmup_steps > 0 (the paper uses 4000), got {self.warmup_steps}."
             )
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(
+                f"--max_steps must be a positive number of optimizer steps (or -1: train for --num_train_epochs), "
+                f"got {self.max_steps}."
+            )
+        if self.max_steps == -1 and self.num_train_epochs <= 0:
+            raise ValueError(f"--num_train_epochs must be > 0 when --max_steps is not set, got {self.num_train_epochs}.")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"--max_tokens must be a positive number of tokens, got {self.max_tokens}.")
         if IntervalStrategy(self.eval_strategy) == IntervalStrategy.NO:

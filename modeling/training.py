@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,9 @@ import datasets
 import torch
 import yaml
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from .batching import TokenBudgetBatchSampler, token_lengths
+from .checkpoints import checkpoint_problem, list_checkpoints
 from .configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
 from .data import SYNTHETIC_TASKS, filter_pairs, load_parallel_corpus, tokenize_pairs
 from .evaluation import build_compute_metrics
@@ -250,20 +251,47 @@ def validate_arguments(model_args: ModelArguments, data_args: DataArguments, tra
 
 
 def resolve_checkpoint(training_args) -> str | None:
-    """`--resume_from_checkpoint` as a path: a checkpoint folder, or 'last'/'true' for the newest in output_dir."""
+    """`--resume_from_checkpoint` as a path: a checkpoint folder, or 'last'/'true' for the newest complete one in
+    output_dir. Checkpoints whose save was cut short (no trainer_state.json, a truncated weights file) are skipped
+    with a warning naming them; an explicit one is refused."""
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none"):
         return None
     if str(value).lower() in ("last", "latest", "true"):
-        last = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
-        if last is None:
-            raise ConfigurationError(
-                f"--resume_from_checkpoint {value}: no checkpoint-* folder in {training_args.output_dir}"
-            )
-        return last
-    if not Path(value, "trainer_state.json").is_file():
-        raise ConfigurationError(f"--resume_from_checkpoint {value} is not a checkpoint folder (no trainer_state.json)")
+        output_dir = Path(training_args.output_dir)
+        checkpoints = list_checkpoints(output_dir) if output_dir.is_dir() else []
+        for checkpoint in reversed(checkpoints):
+            problem = checkpoint_problem(checkpoint)
+            if problem is None:
+                return str(checkpoint)
+            logger.warning("Skipping the incomplete checkpoint %s: %s", checkpoint, problem)
+        raise ConfigurationError(
+            f"--resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}"
+            + (f" (incomplete: {', '.join(path.name for path in checkpoints)})" if checkpoints else "")
+        )
+    problem = checkpoint_problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"--resume_from_checkpoint {value} cannot be resumed from: {problem}")
     return str(value)
+
+
+def prepare_output_dir(training_args, resuming: bool) -> None:
+    """Refuse to train into a folder that holds an earlier run (its checkpoints would mix with this run's and
+    `--resume_from_checkpoint last` could pick one of them), unless resuming; with --overwrite_output_dir delete the
+    earlier run's checkpoints first."""
+    output_dir = Path(training_args.output_dir)
+    entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
+    if resuming or not entries:
+        return
+    if not training_args.overwrite_output_dir:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ConfigurationError(
+            f"--output_dir {output_dir} already holds an earlier run ({shown}); choose a new folder, continue it with "
+            "--resume_from_checkpoint last, or replace it with --overwrite_output_dir"
+        )
+    if training_args.process_index == 0:
+        for checkpoint in list_checkpoints(output_dir):
+            shutil.rmtree(checkpoint)
 
 
 def check_token_budget(train_dataset, training_args) -> None:
@@ -399,6 +427,9 @@ def setup_training(
     """
     validate_arguments(model_args, data_args, training_args)
     checkpoint = resolve_checkpoint(training_args)
+    prepare_output_dir(training_args, resuming=checkpoint is not None)
+    if training_args.distributed_state is not None:
+        training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes
     _default_generation_settings(training_args, data_args)
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, after saving
     set_seed(training_args.seed)
@@ -471,6 +502,8 @@ def train(
             + trainer.run_description
         )
 
+    if setup.checkpoint is not None and trainer.is_world_process_zero():
+        print(f"Resuming from {setup.checkpoint}")
     train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
     trainer.save_model()  # the best checkpoint's weights when load_best_model_at_end
     trainer.save_state()

@@ -18,13 +18,9 @@ import logging
 import sys
 from pathlib import Path
 
-# Run as `python scripts/evaluate.py`, this folder comes first on the import path, and this file would shadow the
-# `evaluate` library that the metrics load: take the folder off the path before importing them.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+import transformers
 
-import transformers  # noqa: E402
-
-from modeling.evaluation import (  # noqa: E402
+from modeling.evaluation import (
     default_output_dir, evaluate_model, read_test_set_files, read_test_set_split, summary_line,
 )
 from modeling.translation import OneLineErrorParser, check_model_folder, positive_int, resolve_device

@@ -93,8 +93,32 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
         average_state_dicts([{"w": torch.zeros(2)}, {"v": torch.zeros(2)}])
     with pytest.raises(ValueError, match="different shapes"):
         average_state_dicts([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])
-    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+    with pytest.raises(ValueError, match="holds no model.safetensors"):
         average_checkpoints([tmp_path], tmp_path / "out")
+
+
+def test_averaging_into_a_folder_holding_a_model_is_refused_and_changes_nothing(run_dir):
+    run, _ = run_dir
+    (run / "config.json").write_text("{}")  # the run folder: the best model (and its card) live here
+    (run / "model.safetensors").write_bytes(b"the best model")
+    try:
+        with pytest.raises(ValueError, match="already holds a model"):
+            average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], run)
+        assert (run / "model.safetensors").read_bytes() == b"the best model"
+    finally:
+        (run / "config.json").unlink()
+        (run / "model.safetensors").unlink()
+
+
+def test_a_truncated_checkpoint_is_named_when_averaging(run_dir, tmp_path):
+    run, _ = run_dir
+    broken = tmp_path / "checkpoint-7"
+    broken.mkdir()
+    weights = (run / "checkpoint-9" / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(weights[:-10])
+    with pytest.raises(ValueError, match=r"checkpoint-7/model.safetensors is not a complete safetensors file.*truncated"):
+        average_checkpoints([run / "checkpoint-9", broken], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_script_averages_the_last_n(run_dir, tmp_path, monkeypatch, capsys):

@@ -1,14 +1,15 @@
 import json
+import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from model_helpers import padded_batch, tiny_model
+from model_helpers import VOCAB, padded_batch, tiny_model
 from modeling import AnnotatedTransformerForConditionalGeneration, AnnotatedTransformerModel
 
 
@@ -44,13 +45,6 @@ def test_save_and_load_round_trip(tmp_path, tie):
                        model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8))
     assert isinstance(AutoModel.from_pretrained(tmp_path), AnnotatedTransformerModel)
     assert AutoConfig.from_pretrained(tmp_path).to_dict()["d_model"] == 32
-
-
-def test_corrupt_checkpoint_fails_clearly(tmp_path):
-    tiny_model().save_pretrained(tmp_path)
-    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(Exception, match="(?i)safetensors|header|deserializ"):
-        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
 FRESH_PROCESS = textwrap.dedent(
@@ -103,3 +97,98 @@ def test_checkpoint_state_dict_misses_only_the_tied_aliases(tmp_path):
     assert not result.unexpected_keys
     fresh.tie_weights()
     assert torch.equal(fresh.lm_head.weight, model.lm_head.weight)
+
+
+# ---- loading never leaves a silent hole ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tie, dropped", [
+    (True, "model.shared.weight"),
+    (False, "model.decoder.embeddings.embed_tokens.weight"),
+])
+def test_a_missing_embedding_is_reported_and_nothing_stays_on_meta(tmp_path, tie, dropped):
+    """A checkpoint without the (shared) embedding matrix: transformers reports it missing and initialises it,
+    instead of counting it loaded through the other stack and leaving it on the meta device."""
+    tiny_model(seed=6, tie_word_embeddings=tie).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    del weights[dropped]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "checksums.sha256").unlink()  # the change is ours
+    model, info = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert dropped in info["missing_keys"]
+    assert not [name for name, tensor in model.state_dict().items() if tensor.device.type == "meta"]
+    input_ids, attention_mask = padded_batch()
+    assert model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=4).shape[0] == 2
+
+
+def test_each_stack_has_its_own_embedding_module_tied_through_the_weights():
+    model = tiny_model(tie_word_embeddings=True)
+    encoder, decoder = model.model.encoder.embeddings.embed_tokens, model.model.decoder.embeddings.embed_tokens
+    assert encoder is not decoder
+    assert encoder.weight is decoder.weight is model.model.shared.weight is model.lm_head.weight
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_resize_token_embeddings_resizes_source_target_and_output_together(tie):
+    model = tiny_model(tie_word_embeddings=tie)
+    input_ids, attention_mask = padded_batch()
+    for size in (VOCAB + 10, VOCAB - 15):
+        model.resize_token_embeddings(size)
+        assert model.config.vocab_size == model.config.src_vocab_size == size
+        assert model.model.encoder.embeddings.embed_tokens.weight.shape[0] == size
+        assert model.model.decoder.embeddings.embed_tokens.weight.shape[0] == size
+        assert model.lm_head.weight.shape[0] == size
+        ids = input_ids.clamp(max=size - 1)
+        assert model(input_ids=ids, attention_mask=attention_mask, decoder_input_ids=ids).logits.shape[-1] == size
+    if tie:
+        assert model.lm_head.weight is model.model.shared.weight is model.model.decoder.embeddings.embed_tokens.weight
+    else:
+        assert model.lm_head.weight is not model.model.decoder.embeddings.embed_tokens.weight
+    resized = model.lm_head.weight.detach().clone()
+    model.post_init()  # transformers' `_no_reinit_on_post_init`: the resized head keeps its values
+    assert torch.equal(model.lm_head.weight, resized)
+
+
+def test_resizing_separate_vocabularies_is_refused():
+    model = tiny_model(tie_word_embeddings=False, src_vocab_size=30)
+    with pytest.raises(NotImplementedError, match=r"separate source \(30\) and target \(40\) vocabularies"):
+        model.resize_token_embeddings(50)
+
+
+# ---- safe loading: safetensors only, corrupt files named ------------------------------------------------------------
+
+
+def corrupt(path, how: str):
+    data = bytearray(path.read_bytes())
+    if how == "not safetensors":
+        data = bytearray(b"not a safetensors file")
+    elif how == "truncated":
+        data = data[: len(data) - 100]
+    elif how == "header bit flip":
+        data[20] ^= 0x10
+    else:  # a flipped bit in the tensor data: safetensors itself cannot notice
+        data[-50] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["not safetensors", "truncated", "header bit flip", "data bit flip"])
+def test_a_corrupt_weights_file_is_named_in_the_error(tmp_path, how):
+    tiny_model(seed=7).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    corrupt(weights, how)
+    with pytest.raises(OSError, match=re.escape(str(weights))):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+
+
+def test_the_digests_are_sha256sum_compatible(tmp_path):
+    tiny_model(seed=7).save_pretrained(tmp_path)
+    result = subprocess.run(["sha256sum", "-c", "checksums.sha256"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0 and "model.safetensors: OK" in result.stdout
+
+
+def test_pickled_weights_are_never_loaded(tmp_path):
+    model = tiny_model(seed=8)
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    with pytest.raises(OSError, match="model.safetensors"):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)

@@ -4,9 +4,28 @@
 would be resolved against the current directory, so callers go through `load_metric`.
 """
 
+import importlib.machinery
+import importlib.util
+import sys
 from pathlib import Path
 
-import evaluate
+
+def _import_evaluate_library():
+    """`import evaluate`, the library. Running a script in scripts/ puts that folder first on the import path, where
+    our command `scripts/evaluate.py` would shadow the library: look for it on the path without such folders."""
+    if "evaluate" in sys.modules:
+        return sys.modules["evaluate"]
+    path = [entry for entry in sys.path if not Path(entry or ".", "evaluate.py").is_file()]
+    spec = importlib.machinery.PathFinder.find_spec("evaluate", path)
+    if spec is None:
+        raise ModuleNotFoundError("the `evaluate` library is not installed: pip install evaluate", name="evaluate")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["evaluate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+evaluate = _import_evaluate_library()
 
 METRICS_DIR = Path(__file__).resolve().parent
 LOCAL_METRICS = ("sacrebleu_local", "chrf_local")
@@ -19,7 +38,7 @@ def metric_path(name: str) -> str:
     return str(METRICS_DIR / name)
 
 
-def load_metric(name: str) -> evaluate.EvaluationModule:
+def load_metric(name: str) -> "evaluate.EvaluationModule":
     """Load a local metric; kept in memory so several processes never share its cache files."""
     return evaluate.load(metric_path(name), keep_in_memory=True)
 

@@ -1,0 +1,150 @@
+"""Nothing lost, nothing mixed: a run folder holding an earlier run is refused, checkpoints cut short by a crash are
+skipped when resuming, a run killed with SIGKILL resumes to the same weights as an uninterrupted one, and
+`--max_steps 0` is refused."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
+from safetensors.torch import load_file
+
+from modeling.training import ConfigurationError, parse_arguments, resolve_checkpoint, train
+
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
+SMALL = [*QUICK, "--eval_strategy", "no", "--max_train_samples", "64", "--max_tokens", "128",
+         "--max_eval_samples", "4", "--max_test_samples", "4"]
+
+
+def arguments(output_dir: Path, *extra: str):
+    return parse_arguments([*SMALL, "--output_dir", str(output_dir), *extra], default_config=DEFAULT_CONFIG)
+
+
+def run(output_dir: Path, *extra: str) -> dict:
+    model_args, data_args, training_args, config_path = arguments(output_dir, *extra)
+    return train(model_args, data_args, training_args, config_path=config_path)
+
+
+def snapshot(folder: Path) -> dict[str, int]:
+    return {str(path.relative_to(folder)): path.stat().st_mtime_ns for path in folder.rglob("*")}
+
+
+# ---- an output_dir holding an earlier run ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def earlier_run(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("earlier") / "run"
+    run(output_dir, "--max_steps", "8", "--save_steps", "4", "--save_total_limit", "5")
+    return output_dir
+
+
+def test_a_folder_holding_an_earlier_run_is_refused_and_left_untouched(earlier_run):
+    before = snapshot(earlier_run)
+    with pytest.raises(ConfigurationError, match=r"already holds an earlier run .*--overwrite_output_dir"):
+        run(earlier_run, "--max_steps", "12", "--save_steps", "4")
+    assert snapshot(earlier_run) == before
+
+
+def test_overwrite_output_dir_removes_the_earlier_checkpoints(earlier_run, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for path in earlier_run.iterdir():  # a copy: the fixture's run stays for the other tests
+        if path.is_dir():
+            subprocess.run(["cp", "-r", str(path), str(folder / path.name)], check=True)
+        else:
+            (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "checkpoint-1000").mkdir()  # a stale checkpoint of a longer earlier run
+    (folder / "checkpoint-1000" / "trainer_state.json").write_text(json.dumps({"global_step": 1000}))
+    run(folder, "--max_steps", "6", "--save_steps", "3", "--overwrite_output_dir", "true")
+    assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+    assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys):
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
+    assert f"Resuming from {folder / 'checkpoint-8'}" in capsys.readouterr().out
+    assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 12
+
+
+# ---- checkpoints cut short ---------------------------------------------------------------------------------------
+
+
+def test_incomplete_checkpoints_are_skipped_with_a_warning_naming_them(earlier_run, tmp_path, caplog):
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    # checkpoint-12: killed while writing the weights; checkpoint-16: killed before trainer_state.json (written last).
+    subprocess.run(["cp", "-r", str(folder / "checkpoint-8"), str(folder / "checkpoint-12")], check=True)
+    weights = folder / "checkpoint-12" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    subprocess.run(["cp", "-r", str(folder / "checkpoint-8"), str(folder / "checkpoint-16")], check=True)
+    (folder / "checkpoint-16" / "trainer_state.json").unlink()
+
+    arguments = SimpleNamespace(resume_from_checkpoint="last", output_dir=str(folder))
+    assert resolve_checkpoint(arguments) == str(folder / "checkpoint-8")
+    warnings = caplog.text
+    assert "checkpoint-16: no trainer_state.json" in warnings
+    assert "checkpoint-12" in warnings and "model.safetensors is not a complete safetensors file" in warnings
+    assert "truncated" in warnings
+
+    for name, message in (("checkpoint-12", "truncated"), ("checkpoint-16", "no trainer_state.json")):
+        explicit = SimpleNamespace(resume_from_checkpoint=str(folder / name), output_dir=str(folder))
+        with pytest.raises(ConfigurationError, match=f"{name} cannot be resumed from: .*{message}"):
+            resolve_checkpoint(explicit)
+
+
+def test_no_complete_checkpoint_is_a_clear_error(tmp_path):
+    (tmp_path / "checkpoint-5").mkdir()
+    with pytest.raises(ConfigurationError, match=r"no complete checkpoint-\* folder in .* \(incomplete: checkpoint-5\)"):
+        resolve_checkpoint(SimpleNamespace(resume_from_checkpoint="last", output_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_max_steps_must_be_positive(tmp_path, value):
+    with pytest.raises(ConfigurationError, match=f"--max_steps must be a positive number of optimizer steps.*got {value}"):
+        arguments(tmp_path / "run", "--max_steps", value)
+
+
+# ---- kill -9 in the middle of a save interval --------------------------------------------------------------------
+
+KILL_RUN = [*SMALL, "--max_steps", "40", "--save_steps", "4", "--save_total_limit", "3", "--seed", "3"]
+
+
+def start_training(output_dir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(TRAIN_SCRIPT), *KILL_RUN, "--output_dir", str(output_dir), *extra], cwd=REPO_ROOT,
+        env={**os.environ, **SCRIPT_ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_a_run_killed_mid_interval_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    process = start_training(straight, "--cpu_threads", "1")
+    assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
+
+    process = start_training(killed, "--cpu_threads", "1")
+    deadline = time.monotonic() + 600
+    while not (killed / "checkpoint-8" / "trainer_state.json").is_file():
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "model.safetensors").exists(), "the run finished before it was killed"
+
+    process = start_training(killed, "--cpu_threads", "1", "--resume_from_checkpoint", "last")
+    assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
+    expected, resumed = load_file(straight / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert set(resumed) == set(expected)
+    for name in expected:
+        assert torch.equal(resumed[name], expected[name]), name
