@@ -22,6 +22,8 @@ def main(argv=None) -> None:
     results = run_benchmark(settings, train_script=TRAIN_SCRIPT, log=lambda message: print(message, file=sys.stderr))
     print(format_table(results))
     print(f"\nwrote {write_results(results, settings.output)}")
+    if results.get("errors"):
+        sys.exit("benchmark.py: failed: " + "; ".join(f"{part}: {error}" for part, error in results["errors"].items()))
 
 
 if __name__ == "__main__":

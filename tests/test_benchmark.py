@@ -25,6 +25,7 @@ from modeling.benchmarking.models import (
     marian_parameter_name,
 )
 from modeling.benchmarking.report import format_table, write_results
+from modeling.benchmarking import run
 from modeling.benchmarking.run import run_benchmark
 from modeling.benchmarking.settings import build_parser, settings_from_arguments
 from modeling.benchmarking.training_speed import TrainingFlops, forward_backward
@@ -215,9 +216,22 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     settings = settings_from_arguments(build_parser().parse_args(tiny_arguments(tmp_path)))
     results = run_benchmark(settings, train_script=None, log=lambda message: None)
     written = json.loads(write_results(results, settings.output).read_text())
+    assert "errors" not in written
     check_results(written, fresh_processes=False)
     assert written["data"]["first_step"] is None
     assert "first epoch: target tokens/s" in format_table(written)
+
+
+def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
+    def out_of_memory(*args):
+        raise RuntimeError("the fresh process died")
+
+    monkeypatch.setattr(run, "benchmark_data", out_of_memory)
+    arguments = tiny_arguments(tmp_path, "--only", "generate", "data", "--num_beams", "1")
+    results = run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+    assert results["errors"] == {"data": "RuntimeError: the fresh process died"}
+    assert "data" not in results and results["generate"]["tiny"]["greedy_batch3"]["ratio"]["tokens_per_s"] > 0
+    assert "FAILED data: RuntimeError: the fresh process died" in format_table(results)
 
 
 @pytest.mark.slow

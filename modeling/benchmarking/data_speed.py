@@ -8,7 +8,8 @@ trained on the first 50,000 pairs (not part of the pipeline's time: training use
 - pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.setup_training` runs, each timed:
   load (`load_parallel_corpus` + the tokenizer), filter (`filter_pairs` with the tokenizer and `max_length`:
   it tokenizes to measure), tokenize (`tokenize_pairs`), index (`token_lengths` + `TokenBudgetBatchSampler`).
-  Peak RSS is the process's `getrusage` peak; `rss_delta` subtracts the RSS after the imports.
+  Peak RSS is the process's `getrusage` peak, also read after each stage (the stage that raises it is the one
+  that needed the memory); `rss_delta` subtracts the RSS after the imports.
 - first step: `accelerate launch scripts/train.py` on that corpus with the tokenizer given, the first benchmark size,
   `--max_steps 1 --logging_steps 1`; seconds from starting the launcher to its "Model:" line (setup done: data,
   model, Trainer) and to the first logged loss (the first optimizer step done). The run is stopped there.
@@ -94,10 +95,11 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
     """The data stages of the training pipeline on the corpus, timed, in a fresh process (see the module doc)."""
     datasets.disable_progress_bars()
     baseline = measure.rss_bytes()  # after the imports: this module's imports are the pipeline's
-    stages = {}
+    stages, peaks = {}, {}
 
     def stage(name, function):
         stages[name], result = measure.timed(function)
+        peaks[name] = measure.peak_rss_bytes()
         return result
 
     corpus, tokenizer = stage("load", lambda: (
@@ -112,6 +114,7 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
     peak = measure.peak_rss_bytes()
     return {
         "stage_seconds": stages,
+        "peak_rss_bytes_after_stage": peaks,
         "seconds": sum(stages.values()),
         "pairs_per_s": report["train"]["total"] / sum(stages.values()),
         "kept_pairs": report["train"]["kept"],

@@ -120,7 +120,13 @@ def run_in_fresh_process(function: Callable, *args):
     no kernel caches, a clean peak RSS). `function` must be importable and its arguments and result picklable."""
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as executor:
-        return executor.submit(function, *args).result()
+        try:
+            return executor.submit(function, *args).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            raise RuntimeError(
+                f"the fresh process running {function.__name__} died before returning: killed (out of memory? this "
+                f"machine has {psutil.virtual_memory().total / 2**30:.1f} GiB), or it failed to start (see its output)"
+            ) from None
 
 
 def cpu_model() -> str:

@@ -95,4 +95,5 @@ def format_table(results: dict) -> str:
         cells = [cell.ljust(width) if column < 3 else cell.rjust(width)
                  for column, (cell, width) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
+    lines.extend(f"FAILED {part}: {error}" for part, error in results.get("errors", {}).items())
     return "\n".join(lines)

@@ -73,23 +73,40 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
         log(f"{settings.data_dir} not found: synthetic Multi30k-like lengths")
         lengths = synthetic_lengths(seed=settings.seed)
     results["lengths"] = lengths.summary()
-    if "train" in settings.sections:
-        results["train"] = {}
-        for size in settings.sizes:
-            log(f"train: {size}")
-            results["train"][size] = benchmark_training(size, settings, lengths, results["matmul_peak"]["flops_per_s"])
-    if "generate" in settings.sections:
-        results["generate"] = {}
-        for size in settings.sizes:
-            log(f"generate: {size}")
-            results["generate"][size] = benchmark_generation(size, settings, lengths)
+    peak = results["matmul_peak"]["flops_per_s"]
+    per_size = {
+        "train": lambda size: benchmark_training(size, settings, lengths, peak),
+        "generate": lambda size: benchmark_generation(size, settings, lengths),
+    }
+    for section, benchmark in per_size.items():
+        if section in settings.sections:
+            results[section] = {}
+            for size in settings.sizes:
+                log(f"{section}: {size}")
+                _keep_going(results, (section, size), lambda: benchmark(size), log)
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
-        results["data"] = benchmark_data(settings, train_script)
+        _keep_going(results, ("data",), lambda: benchmark_data(settings, train_script), log)
     results["environment"]["load_average_at_end"] = os.getloadavg()[0]
     results["environment"]["benchmark_seconds"] = time.perf_counter() - start
     log("done")
     return results
+
+
+def _keep_going(results: dict, path: tuple[str, ...], benchmark, log) -> None:
+    """results[path] = benchmark(); a failure is recorded under results["errors"] and the other figures still come:
+    a full run takes long, and its last section (4.5M pairs of data) can run out of memory."""
+    try:
+        value = benchmark()
+    except Exception as error:  # noqa: BLE001 - reported, then raised as the exit status by the caller
+        message = f"{type(error).__name__}: {error}"
+        log(f"{'/'.join(path)} failed: {message}")
+        results.setdefault("errors", {})["/".join(path)] = message
+        return
+    node = results
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
 
 
 def _with_elapsed_time(log, start: float):
