@@ -46,6 +46,29 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def check_token_ids(token_ids: torch.Tensor | None, vocab_size: int, name: str) -> None:
+    """Refuse ids the embedding cannot look up, with their value, instead of its bare "index out of range" (or a
+    device-side assert on a GPU). One device sync; skipped while torch.compile traces."""
+    if token_ids is None or token_ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    low, high = torch.stack(torch.aminmax(token_ids)).tolist()
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"`{name}` holds the token id {low if low < 0 else high}, outside the vocabulary [0, {vocab_size - 1}]: "
+            "were the ids made by another tokenizer?"
+        )
+
+
+def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int], name: str) -> None:
+    """A 2-D mask must cover exactly the (batch, length) of the tokens it masks; anything else would be broadcast
+    or ignored. (4-D masks are taken as given.)"""
+    if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(
+            f"`{name}` has shape {tuple(attention_mask.shape)}, but the tokens it masks are (batch, length) = "
+            f"{tuple(shape)}"
+        )
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # §3.4 Embeddings and §3.5 Positional Encoding
 # ----------------------------------------------------------------------------------------------------------------------
@@ -318,6 +341,13 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
                 "AutoModel": f"{module}.AnnotatedTransformerModel",
                 "AutoModelForSeq2SeqLM": f"{module}.AnnotatedTransformerForConditionalGeneration",
             }
+            # The translation pipeline travels too (transformers 5 has none): this relative import makes transformers
+            # copy its file with the model code, and `custom_pipelines` is what `pipeline(model=folder,
+            # trust_remote_code=True)` looks up. Unregistered (loaded as remote code), the loaded config keeps its own.
+            from .pipeline_annotated_transformer import AnnotatedTransformerTranslationPipeline
+
+            if custom_pipelines := AnnotatedTransformerTranslationPipeline.custom_pipelines():
+                self.config.custom_pipelines = custom_pipelines
         result = super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
         if is_main_process:
             write_checksums(save_directory)
@@ -383,7 +413,9 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
     @merge_with_config_defaults
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
+        check_token_ids(input_ids, self.config.src_vocab_size, "input_ids")
         hidden_states = self.embeddings(input_ids, inputs_embeds)
+        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask")
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -436,11 +468,16 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         # Positions continue from what the cache holds (transformers 5 has no cache_position).
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past_length == 0:  # later generation steps feed back ids the model itself chose
+            check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length)
 
         batch_size, seq_length = hidden_states.shape[:2]
         if attention_mask is None:
             attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
+        check_attention_mask(attention_mask, (batch_size, past_length + seq_length), "decoder_attention_mask")
+        if encoder_hidden_states is not None:
+            check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
         self_attn_cache = (
             past_key_values.self_attention_cache
             if isinstance(past_key_values, EncoderDecoderCache)
@@ -634,6 +671,13 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def _prepare_generation_config(self, generation_config, **kwargs):
+        # transformers lets num_beams < 1 through to a ZeroDivisionError or a "negative dimension" deep in search.
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        if generation_config.num_beams is not None and generation_config.num_beams < 1:
+            raise ValueError(f"`num_beams` must be >= 1 (1 = greedy or sampling), got {generation_config.num_beams}.")
+        return generation_config, model_kwargs
+
     @can_return_tuple
     def forward(
         self,
@@ -658,6 +702,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             training give exactly the full-batch mean; without it the loss is the mean over this batch's tokens.
         """
         if labels is not None:
+            check_token_ids(labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels")
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

@@ -101,8 +101,6 @@ def test_untied_model_has_separate_vocabularies():
     assert len({encoder_embed.data_ptr(), decoder_embed.data_ptr(), model.lm_head.weight.data_ptr()}) == 3
     out = model(input_ids=torch.randint(4, 25, (2, 6)), decoder_input_ids=torch.randint(4, VOCAB, (2, 3)))
     assert out.logits.shape == (2, 3, VOCAB)
-    with pytest.raises(ValueError, match="separate source/target vocabularies"):
-        model.resize_token_embeddings(50)
 
 
 def test_resize_keeps_the_ties():
@@ -247,3 +245,54 @@ def test_set_input_embeddings_repoints_every_tied_use():
     assert model.model.encoder.get_input_embeddings() is new and model.model.decoder.get_input_embeddings() is new
     model.tie_weights()
     assert model.lm_head.weight is new.weight
+
+
+# ---- the model refuses what it cannot compute ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where, bad_id", [("input_ids", 40), ("input_ids", -1), ("decoder_input_ids", 45),
+                                           ("labels", 40)])
+def test_token_ids_outside_the_vocabulary_are_refused_by_name(where, bad_id):
+    model = tiny_model()
+    input_ids, attention_mask = padded_batch()
+    inputs = {"input_ids": input_ids.clone(), "attention_mask": attention_mask, "decoder_input_ids": input_ids.clone()}
+    if where == "labels":
+        inputs["labels"] = input_ids.clone()
+        inputs["labels"][0, 1] = bad_id
+        inputs["labels"][1, 5] = -100  # ignored positions are fine
+    else:
+        inputs[where][0, 2] = bad_id
+    with pytest.raises(ValueError, match=rf"`{where}` holds the token id {bad_id}, outside the vocabulary \[0, 39\]"):
+        model(**inputs)
+
+
+def test_generate_refuses_source_ids_outside_the_vocabulary():
+    input_ids, attention_mask = padded_batch()
+    with pytest.raises(ValueError, match=r"`input_ids` holds the token id 99"):
+        tiny_model().generate(input_ids.masked_fill(input_ids == input_ids[0, 0], 99), max_new_tokens=3)
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 7), (2, 5), (2, 9), (3, 7)])
+def test_an_attention_mask_of_another_shape_is_refused(mask_shape):
+    model = tiny_model()
+    input_ids, _ = padded_batch()
+    mask = torch.ones(mask_shape, dtype=torch.long)
+    with pytest.raises(ValueError, match=rf"`attention_mask` has shape \({mask_shape[0]}, {mask_shape[1]}\), but the "
+                                         r"tokens it masks are \(batch, length\) = \(2, 7\)"):
+        model(input_ids=input_ids, attention_mask=mask, decoder_input_ids=input_ids)
+    with pytest.raises(ValueError, match="`attention_mask` has shape"):
+        model.generate(input_ids, attention_mask=mask, max_new_tokens=3)
+
+
+def test_a_decoder_attention_mask_of_another_shape_is_refused():
+    input_ids, attention_mask = padded_batch()
+    with pytest.raises(ValueError, match=r"`decoder_attention_mask` has shape \(2, 3\), but .* = \(2, 7\)"):
+        tiny_model()(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids,
+                     decoder_attention_mask=torch.ones(2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("num_beams", [0, -1])
+def test_generate_refuses_fewer_than_one_beam(num_beams):
+    input_ids, attention_mask = padded_batch()
+    with pytest.raises(ValueError, match=rf"`num_beams` must be >= 1 .*got {num_beams}"):
+        tiny_model().generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=3)
