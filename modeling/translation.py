@@ -5,6 +5,8 @@
 sampler (`modeling.batching.TokenBudgetBatchSampler`), and returns the translations in input order. Sorting only
 cuts padding: with attention masks the result equals translating one sentence at a time.
 
+`translate_with_ctranslate2` keeps the same contract for a CTranslate2 export (`scripts/export_ctranslate2.py`).
+
 Also here: the checks and argument types shared by `scripts/translate.py` and `scripts/evaluate.py`, which validate
 everything they can before loading a model.
 """
@@ -30,6 +32,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 32  # sentences per batch when neither batch_size nor max_tokens is given
 WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")  # one file, or the index of shards
 TOKENIZER_FILE = "tokenizer.json"
+CTRANSLATE2_MODEL_FILE = "model.bin"
+ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through transformers, or its CTranslate2 export
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -51,6 +55,28 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
         raise FileNotFoundError(f"{model_name_or_path} holds no config.json: {hint}")
     if not any((path / name).is_file() for name in WEIGHTS_FILES):
         raise FileNotFoundError(f"{model_name_or_path} holds no weights ({' or '.join(WEIGHTS_FILES)}): {hint}")
+    _check_tokenizer_files(path, hint)
+
+
+def check_ctranslate2_folder(model_dir: str | os.PathLike) -> None:
+    """Raise FileNotFoundError, naming what is missing, unless `model_dir` is a folder written by
+    `scripts/export_ctranslate2.py`: a CTranslate2 model and its tokenizer(s)."""
+    path = Path(model_dir)
+    hint = "give the output folder of scripts/export_ctranslate2.py"
+    if not path.is_dir():
+        problem = "is a file" if path.exists() else "does not exist"
+        raise FileNotFoundError(f"model folder {model_dir} {problem}: {hint}")
+    if not (path / CTRANSLATE2_MODEL_FILE).is_file():
+        if any((path / name).is_file() for name in WEIGHTS_FILES):
+            raise FileNotFoundError(
+                f"{model_dir} holds a PyTorch model, not a CTranslate2 one ({CTRANSLATE2_MODEL_FILE}): export it with "
+                f"scripts/export_ctranslate2.py {model_dir} OUTPUT_DIR, or translate it with the pytorch engine"
+            )
+        raise FileNotFoundError(f"{model_dir} holds no {CTRANSLATE2_MODEL_FILE} (a CTranslate2 model): {hint}")
+    _check_tokenizer_files(path, hint)
+
+
+def _check_tokenizer_files(path: Path, hint: str) -> None:
     for folder in (path, path / TARGET_TOKENIZER_SUBDIR):
         if folder.is_dir() and not (folder / TOKENIZER_FILE).is_file():
             raise FileNotFoundError(f"{folder} holds no {TOKENIZER_FILE} (the tokenizer): {hint}")
@@ -210,6 +236,51 @@ def translate(
     return translations
 
 
+def check_compute_type(compute_type: str) -> None:
+    """Raise ValueError unless `compute_type` names a CTranslate2 compute type (ImportError, with the pip command,
+    without CTranslate2). Whether the device supports it is known only when the model loads."""
+    from .ctranslate2_export import require_ctranslate2  # here: that module imports this one
+
+    require_ctranslate2()
+    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
+
+    accepted = ("default", "auto", *ACCEPTED_MODEL_TYPES)
+    if compute_type not in accepted:
+        raise ValueError(
+            f"quantization {compute_type!r} is not a CTranslate2 compute type; use one of {', '.join(accepted)}"
+        )
+
+
+def translate_with_ctranslate2(
+    texts: Iterable[str],
+    model_dir: str | os.PathLike,
+    *,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
+    compute_type: str = "default",
+) -> list[str]:
+    """`translate` with the CTranslate2 export in `model_dir` (see `modeling.ctranslate2_export`): one single-line
+    string per text, in input order; whitespace-only texts give "". Defaults come from the folder's generation config;
+    `batch_size` caps sentences per batch (CTranslate2 sorts them by length), default DEFAULT_BATCH_SIZE;
+    `compute_type` is CTranslate2's (default: the stored weights' type; int8, float16, ...).
+
+    Unlike `translate`, a text longer than the model's positions is an error (the export keeps no position count
+    to truncate to): CTranslate2's RuntimeError comes back as a ValueError."""
+    from .ctranslate2_export import translate_ctranslate2  # here: that module imports this one
+
+    _check_at_least_one(num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    try:
+        translations = translate_ctranslate2(
+            texts, model_dir, num_beams=num_beams, max_new_tokens=max_new_tokens,
+            batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device, compute_type=compute_type,
+        )
+    except RuntimeError as error:  # CTranslate2 reports bad inputs and devices so (e.g. positions beyond its table)
+        raise ValueError(f"CTranslate2 could not translate: {error}") from error
+    return [single_line(text) for text in translations]
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Command-line helpers (scripts/translate.py, scripts/evaluate.py)
 
@@ -263,7 +334,10 @@ def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "ENGINES",
     "OneLineErrorParser",
+    "check_compute_type",
+    "check_ctranslate2_folder",
     "check_model_folder",
     "check_output_file",
     "encode_sources",
@@ -274,5 +348,6 @@ __all__ = [
     "resolve_device",
     "single_line",
     "translate",
+    "translate_with_ctranslate2",
     "write_lines",
 ]

@@ -3,10 +3,14 @@
     python scripts/translate.py outputs/copy-tiny "5 3 9 7 0 1 5"
     python scripts/translate.py MODEL --input source.txt --output hypotheses.txt --num_beams 4 --max_tokens 4096
     echo "Ein Hund läuft." | python scripts/translate.py MODEL
+    python scripts/translate.py --engine ctranslate2 --quantization int8 CT2_MODEL --input source.txt
 
 Texts come from the arguments, else from --input (UTF-8, one sentence per line), else from standard input; one
 line comes out per line in, in input order (sentences are batched by length). Empty lines stay empty. A sentence
-longer than the model's positions is truncated, with a warning naming its line.
+longer than the model's positions is truncated, with a warning naming its line (an error with CTranslate2).
+
+--engine ctranslate2 translates with a folder written by scripts/export_ctranslate2.py (pip install ctranslate2);
+--quantization picks its compute type. It takes --batch_size but not --max_tokens, and shows no progress bar.
 """
 
 import argparse
@@ -18,8 +22,9 @@ import transformers
 
 from modeling.tokenization import read_lines
 from modeling.translation import (
-    OneLineErrorParser, check_model_folder, check_output_file, load_translation_model, positive_int,
-    read_stdin_lines, resolve_device, translate, write_lines,
+    ENGINES, OneLineErrorParser, check_compute_type, check_ctranslate2_folder, check_model_folder, check_output_file,
+    load_translation_model, positive_int, read_stdin_lines, resolve_device, translate, translate_with_ctranslate2,
+    write_lines,
 )
 
 
@@ -27,7 +32,8 @@ def build_parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(
         prog="translate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py) or a Hub id")
+    parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py) or a Hub id; with "
+                        "--engine ctranslate2, a folder written by scripts/export_ctranslate2.py")
     parser.add_argument("texts", nargs="*", help="sentences to translate")
     parser.add_argument("--input", type=Path, help="a UTF-8 text file, one sentence per line")
     parser.add_argument("--output", type=Path, help="write the translations here (default: standard output)")
@@ -37,6 +43,10 @@ def build_parser() -> OneLineErrorParser:
                         "--max_tokens)")
     parser.add_argument("--max_tokens", type=positive_int, help="cap on padded source tokens per batch")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
+                        help="pytorch (the model through transformers) or ctranslate2 (its export); default pytorch")
+    parser.add_argument("--quantization", help="CTranslate2 compute type: int8, int8_float32, int8_float16, int16, "
+                        "float16, bfloat16, float32, auto (default: the exported weights' type)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -51,8 +61,19 @@ def main(argv=None) -> None:
             raise ValueError(f"--input {args.input} does not exist or is not a file")
         if args.output is not None:
             check_output_file(args.output)
-        check_model_folder(args.model)
-        device = resolve_device(args.device)
+        ctranslate2 = args.engine == "ctranslate2"
+        if ctranslate2:
+            if args.max_tokens is not None:
+                raise ValueError("--max_tokens is not supported with --engine ctranslate2: cap sentences per batch "
+                                 "with --batch_size")
+            check_ctranslate2_folder(args.model)
+            compute_type = args.quantization or "default"
+            check_compute_type(compute_type)
+        else:
+            if args.quantization is not None:
+                raise ValueError("--quantization is a CTranslate2 compute type: it needs --engine ctranslate2")
+            check_model_folder(args.model)
+            device = resolve_device(args.device)
         if args.texts:
             texts = args.texts
         elif args.input is not None:
@@ -60,16 +81,23 @@ def main(argv=None) -> None:
         else:
             texts = read_stdin_lines()
         logging.basicConfig(format="translate.py: warning: %(message)s", level=logging.WARNING)
-        progress = args.input is not None and not args.quiet and sys.stderr.isatty()
-        if not progress:
-            transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
-        model, tokenizer, target_tokenizer = load_translation_model(args.model, device=device)
-        translations = translate(
-            texts, model, tokenizer, target_tokenizer, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-            batch_size=args.batch_size, max_tokens=args.max_tokens, progress=progress,
-        )
-    except (FileNotFoundError, ValueError) as error:
-        parser.error(str(error))
+        if ctranslate2:
+            translations = translate_with_ctranslate2(
+                texts, args.model, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                batch_size=args.batch_size, device=args.device, compute_type=compute_type,
+            )
+        else:
+            progress = args.input is not None and not args.quiet and sys.stderr.isatty()
+            if not progress:
+                transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
+            model, tokenizer, target_tokenizer = load_translation_model(args.model, device=device)
+            translations = translate(
+                texts, model, tokenizer, target_tokenizer, num_beams=args.num_beams,
+                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                progress=progress,
+            )
+    except (FileNotFoundError, ImportError, ValueError) as error:  # ImportError: CTranslate2 is not installed
+        parser.error(str(error).splitlines()[0] if str(error) else repr(error))
     write_lines(translations, args.output)
 
 

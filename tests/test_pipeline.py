@@ -69,7 +69,8 @@ FRESH_PROCESS = textwrap.dedent(
     import torch
     from transformers import pipeline
     torch.set_num_threads(1)
-    model_dir, resave_dir, texts, generation = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+    model_dir, resave_dir = sys.argv[1], sys.argv[2]
+    texts, generation = json.loads(sys.argv[3]), json.loads(sys.argv[4])
     by_task = pipeline("translation", model=model_dir, trust_remote_code=True)
     inferred = pipeline(model=model_dir, trust_remote_code=True)
     assert "modeling" not in sys.modules

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import modeling.ctranslate2_export  # noqa: F401  (bound to `modeling.translation` before tests patch it)
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
 from modeling.tokenization import train_tokenizer
 from modeling.translation import length_sorted_batches, load_translation_model, translate
@@ -222,6 +223,14 @@ BAD_ARGUMENTS = {
     "no config": (["1 2"], r"no-config\.json holds no config\.json"),
     "both sources": (["1 2", "--input", "{latin1}"], "give sentences as arguments or --input, not both"),
     "bad device": (["1 2", "--device", "tpu9"], "device 'tpu9' is not a torch device"),
+    "unknown engine": (["1 2", "--engine", "onnx"], r"argument --engine: invalid choice: 'onnx' \(choose from"),
+    "quantization with pytorch": (["1 2", "--quantization", "int8"],
+                                  "--quantization is a CTranslate2 compute type: it needs --engine ctranslate2"),
+    "max_tokens with ctranslate2": (["1 2", "--engine", "ctranslate2", "--max_tokens", "9"],
+                                    "--max_tokens is not supported with --engine ctranslate2: cap sentences per batch"),
+    "ctranslate2 on a PyTorch folder": (["1 2", "--engine", "ctranslate2"],
+                                        r"holds a PyTorch model, not a CTranslate2 one \(model\.bin\): "
+                                        r"export it with scripts/export_ctranslate2\.py .*model0 OUTPUT_DIR"),
 }
 BROKEN_FOLDERS = {"no weights": "model.safetensors", "no tokenizer": "tokenizer.json", "no config": "config.json"}
 
@@ -243,6 +252,7 @@ def test_bad_arguments_fail_in_one_line_with_status_2_before_loading_and_write_n
         raise AssertionError("the model was loaded before the arguments were checked")
 
     monkeypatch.setattr("modeling.translation.load_translation_model", must_not_load)
+    monkeypatch.setattr("modeling.ctranslate2_export.translate_ctranslate2", must_not_load)
     before = sorted(tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as exit_info:
         run_script(monkeypatch, folder, *argv)
@@ -284,3 +294,95 @@ def test_command_line_errors_and_warnings_in_a_subprocess(model_dir, tmp_path):
     assert "Translating" not in good.stderr  # no progress bar when standard error is not a terminal
     lines = output.read_text().split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
+
+
+# ---- --engine ctranslate2 --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ct2_dir(model_dir, tmp_path_factory):
+    pytest.importorskip("ctranslate2")
+    from modeling.ctranslate2_export import export_ctranslate2
+
+    return export_ctranslate2(model_dir, tmp_path_factory.mktemp("ct2") / "model")
+
+
+def test_ctranslate2_engine_gives_the_pytorch_engines_greedy_translations(
+    model_dir, ct2_dir, loaded, tmp_path, monkeypatch, capsys
+):
+    """Greedy CTranslate2 decoding is exact (see test_export_ctranslate2): the same lines from a file, arguments and
+    standard input, empty lines kept, in input order."""
+    rng = random.Random(2)
+    lines = [SOURCES[0], "", *[random_digits(rng, 1, 12) for _ in range(8)], "  ", SOURCES[2]]
+    source_file = tmp_path / "source.txt"
+    source_file.write_text("\n".join(lines) + "\n")
+    outputs = {engine: tmp_path / f"{engine}.txt" for engine in ("pytorch", "ctranslate2")}
+    run_script(monkeypatch, model_dir, "--input", source_file, "--output", outputs["pytorch"], "--num_beams", "1")
+    run_script(monkeypatch, ct2_dir, "--engine", "ctranslate2", "--input", source_file, "--output",
+               outputs["ctranslate2"], "--num_beams", "1", "--batch_size", "3", "--device", "cpu")
+    expected = outputs["pytorch"].read_text().splitlines()
+    assert outputs["ctranslate2"].read_text().splitlines() == expected
+    assert len(expected) == len(lines) and expected[1] == expected[-2] == "" and len(set(expected)) > 5
+
+    model, tokenizer = loaded
+    greedy = translate(SOURCES, model, tokenizer, num_beams=1)
+    run_script(monkeypatch, ct2_dir, *SOURCES, "--engine", "ctranslate2", "--num_beams", "1")
+    assert capsys.readouterr().out.splitlines() == greedy
+    run_script(monkeypatch, ct2_dir, "--engine", "ctranslate2", "--num_beams", "1", stdin="\n".join(SOURCES) + "\n")
+    assert capsys.readouterr().out.splitlines() == greedy
+
+
+def test_ctranslate2_quantization_int8_gives_one_line_per_line(ct2_dir, tmp_path, monkeypatch):
+    source_file, output_file = tmp_path / "source.txt", tmp_path / "out.txt"
+    source_file.write_text("\n".join([SOURCES[0], "", SOURCES[1], SOURCES[2]]) + "\n")
+    run_script(monkeypatch, ct2_dir, "--engine", "ctranslate2", "--quantization", "int8", "--input", source_file,
+               "--output", output_file, "--device", "cpu")
+    lines = output_file.read_text().split("\n")
+    assert len(lines) == 5 and lines[1] == "" and lines[4] == ""  # 4 lines and the final newline
+    assert all(lines[i].strip() for i in (0, 2, 3))
+
+
+def fail_in_one_line(monkeypatch, capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, *argv)
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("translate.py: error: ") and stderr.count("\n") == 1, stderr
+    return stderr
+
+
+def test_ctranslate2_checks_before_loading(model_dir, tmp_path, monkeypatch, capsys):
+    """Without the package: the pip command; a compute type CTranslate2 does not have: the ones it has."""
+    fake = tmp_path / "ct2"  # passes the folder check: a model.bin and a tokenizer
+    shutil.copytree(model_dir, fake)
+    (fake / "model.bin").write_bytes(b"")
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr("modeling.ctranslate2_export.translate_ctranslate2", must_not_load)
+    monkeypatch.setattr("modeling.ctranslate2_export.ctranslate2", None)
+    stderr = fail_in_one_line(monkeypatch, capsys, fake, "1 2", "--engine", "ctranslate2")
+    assert "CTranslate2 is not installed: pip install ctranslate2" in stderr
+    monkeypatch.undo()
+
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setattr("modeling.ctranslate2_export.translate_ctranslate2", must_not_load)
+    stderr = fail_in_one_line(monkeypatch, capsys, fake, "1 2", "--engine", "ctranslate2", "--quantization", "int3")
+    assert "quantization 'int3' is not a CTranslate2 compute type; use one of default, auto, int8," in stderr
+    stderr = fail_in_one_line(monkeypatch, capsys, tmp_path / "nowhere", "1 2", "--engine", "ctranslate2")
+    assert "nowhere does not exist: give the output folder of scripts/export_ctranslate2.py" in stderr
+
+
+def test_ctranslate2_errors_after_loading_are_one_line_and_write_nothing(ct2_dir, tmp_path, monkeypatch, capsys):
+    output = tmp_path / "out.txt"
+    long_line = " ".join(["7"] * 40)  # beyond the 32 positions: CTranslate2 cannot truncate it as PyTorch does
+    stderr = fail_in_one_line(monkeypatch, capsys, ct2_dir, "1 2", long_line, "--engine", "ctranslate2",
+                              "--output", output, "--device", "cpu")
+    assert "CTranslate2 could not translate: " in stderr and "positions >= 32" in stderr
+    stderr = fail_in_one_line(monkeypatch, capsys, ct2_dir, "1 2", "--engine", "ctranslate2", "--output", output,
+                              "--device", "cpu", "--quantization", "float16")
+    assert "float16" in stderr
+    stderr = fail_in_one_line(monkeypatch, capsys, ct2_dir, "1 2", "--engine", "ctranslate2", "--device", "mps")
+    assert "device 'mps' is not a CTranslate2 device; use cpu, cuda or cuda:<index>" in stderr
+    assert not output.exists()
