@@ -5,8 +5,9 @@ scaled dot-product and multi-head attention (§3.2), the position-wise feed-forw
 the residual + LayerNorm wrapper (§3.1, §5.4), encoder and decoder layers and stacks (§3.1), and the
 generating head with the pre-softmax projection and the label-smoothed loss (§3.4, §5.4).
 
-This file travels to the Hub as custom code: it imports only torch, transformers and the files next to it
-(relative imports: the configuration and the weights-file checks), so `trust_remote_code=True` loads it where this package is not installed.
+This file travels to the Hub as custom code: it imports only torch, transformers and the files next to it (relative
+imports: the configuration, the weights-file checks and the translation pipeline), so `trust_remote_code=True`
+loads it where this package is not installed.
 """
 
 import math
