@@ -131,6 +131,19 @@ def test_training_flops_are_counted_exactly_for_any_batch_shape():
     assert plain.get_total_flops() < measure.count_flops(lambda: forward_backward(ours, batch, cpu, "fp32"))
 
 
+def test_peak_rss_resets_and_sees_an_allocation():
+    if not measure.reset_peak_rss():
+        pytest.skip("no /proc/self/clear_refs: the peak RSS cannot be reset here")
+    watch = measure.MemoryWatch(torch.device("cpu"))
+    watch.start()
+    block = torch.ones(100 * 2**20 // 4)  # 100 MiB, touched
+    del block
+    peak, delta = watch.read()
+    assert 95 * 2**20 < delta < 150 * 2**20 and peak > delta
+    watch.start()
+    assert watch.read()[1] < 95 * 2**20  # the earlier peak is gone
+
+
 def test_generated_tokens_count_through_the_first_eos():
     eos, pad = 2, 0
     sequences = torch.tensor([

@@ -9,8 +9,8 @@ trained on the first 50,000 pairs (not part of the pipeline's time: training use
 - pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.setup_training` runs, each timed:
   load (`load_parallel_corpus` + the tokenizer), filter (`filter_pairs` with the tokenizer and `max_length`:
   it tokenizes to measure), tokenize (`tokenize_pairs`), index (`token_lengths` + `TokenBudgetBatchSampler`).
-  Peak RSS is the process's `getrusage` peak, also read after each stage (the stage that raises it is the one
-  that needed the memory); `rss_delta` subtracts the RSS after the imports.
+  Peak RSS (`MemoryWatch`: reset after the imports) is also read after each stage (the stage that raises it is
+  the one that needed the memory); `rss_delta` subtracts the RSS after the imports.
 - first step: `accelerate launch scripts/train.py` on that corpus with the tokenizer given, the first benchmark size,
   `--max_steps 1 --logging_steps 1`; seconds from starting the launcher to its "Model:" line (setup done: data,
   model, Trainer) and to the first logged loss (the first optimizer step done). The run is stopped there.
@@ -22,6 +22,7 @@ import collections
 import itertools
 import os
 import shlex
+import signal
 import string
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import torch
 
 from ..batching import TokenBudgetBatchSampler, token_lengths
 from ..data import filter_pairs, load_parallel_corpus, tokenize_pairs
@@ -95,7 +97,8 @@ def train_corpus_tokenizer(corpus_dir: Path, output_dir: Path, settings: Benchma
 def fresh_data_pipeline_run(spec: dict) -> dict:
     """The data stages of the training pipeline on the corpus, timed, in a fresh process (see the module doc)."""
     datasets.disable_progress_bars()
-    baseline = measure.rss_bytes()  # after the imports: this module's imports are the pipeline's
+    memory = measure.MemoryWatch(torch.device("cpu"))
+    memory.start()  # after the imports: this module's imports are the pipeline's
     stages, peaks = {}, {}
 
     def stage(name, function):
@@ -112,7 +115,7 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
     sampler = stage("index", lambda: TokenBudgetBatchSampler(
         *token_lengths(tokenized["train"]), spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"]
     ))
-    peak = measure.peak_rss_bytes()
+    peak, delta = memory.read()
     return {
         "stage_seconds": stages,
         "peak_rss_bytes_after_stage": peaks,
@@ -121,7 +124,7 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
         "kept_pairs": report["train"]["kept"],
         "batches": len(sampler),
         "peak_rss_bytes": peak,
-        "rss_delta_bytes": peak - baseline,
+        "rss_delta_bytes": delta,
     }
 
 
@@ -162,8 +165,10 @@ def time_to_first_step(command: list[str], timeout: float = 3600) -> dict:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(_CHECKOUT), os.environ.get("PYTHONPATH")])),
     }
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
-    watchdog = threading.Timer(timeout, process.kill)
+    # A session of its own, so that stopping it stops the training process the launcher started too.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
+                               start_new_session=True)
+    watchdog = threading.Timer(timeout, _stop_process_group, (process,))
     watchdog.start()
     setup = first_step = None
     tail = collections.deque(maxlen=40)
@@ -177,14 +182,28 @@ def time_to_first_step(command: list[str], timeout: float = 3600) -> dict:
                 break
     finally:
         watchdog.cancel()
-        process.kill()  # the run has shown what is measured; its saving and evaluation are not
-        process.wait()
+        _stop_process_group(process)  # the run has shown what is measured; its saving is not
     if first_step is None:
         raise RuntimeError(
             f"the training run logged no loss (exit code {process.returncode}); command:\n{shlex.join(command)}\n"
             f"last output:\n{''.join(tail)}"
         )
     return {"setup_seconds": setup, "first_step_seconds": first_step, "command": shlex.join(command)}
+
+
+def _stop_process_group(process: subprocess.Popen) -> None:
+    """Kill the launcher and every process it started (its process group), and wait until they are gone."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    for _ in range(200):  # the launcher's children are reaped by init: wait until none is left (at most 10 s)
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> dict:

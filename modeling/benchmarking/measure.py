@@ -76,17 +76,36 @@ def rss_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS to its current RSS (Linux: /proc/self/clear_refs); False where impossible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def peak_rss_bytes() -> int:
-    """This process's highest resident memory so far (`getrusage` ru_maxrss: KiB on Linux, bytes on macOS)."""
+    """This process's highest resident memory since it started or since `reset_peak_rss`: VmHWM on Linux (not
+    `getrusage`'s ru_maxrss, which a spawned process inherits from the parent it was forked from before exec),
+    else ru_maxrss (bytes on macOS)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 
 
 class MemoryWatch:
     """Peak memory from `start()` to `read()`: on CUDA `torch.cuda.max_memory_allocated` (the caching allocator's
-    live tensors, reset at `start`); on a CPU the process's peak RSS (`getrusage`), which cannot be reset, so it
-    is only meaningful in a fresh process (see `run_in_fresh_process`). `read()` returns the peak and the peak minus
-    what was in use at `start()`."""
+    live tensors), on a CPU the process's peak RSS (`peak_rss_bytes`), both reset at `start`. The benchmark uses it
+    in fresh processes (`run_in_fresh_process`), where no other model's allocations are cached. `read()` returns the peak and
+    the peak minus what was in use at `start()`."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -96,7 +115,7 @@ class MemoryWatch:
     def method(self) -> str:
         if self.device.type == "cuda":
             return "torch.cuda.max_memory_allocated in a fresh process"
-        return "peak RSS (getrusage ru_maxrss) of a fresh process"
+        return "peak RSS (VmHWM reset at the start with /proc/self/clear_refs) in a fresh process"
 
     def start(self) -> None:
         if self.device.type == "cuda":
@@ -104,6 +123,7 @@ class MemoryWatch:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.baseline = torch.cuda.memory_allocated(self.device)
         else:
+            reset_peak_rss()
             self.baseline = rss_bytes()
 
     def read(self) -> tuple[int, int]:
