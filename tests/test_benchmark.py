@@ -233,6 +233,8 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     check_results(written, fresh_processes=False)
     assert written["data"]["first_step"] is None
     assert "first epoch: target tokens/s" in format_table(written)
+    steady = written["train"]["tiny"]["steady"]["ours"]
+    assert steady["target_tokens_per_s_best"] >= steady["target_tokens_per_s"]
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):

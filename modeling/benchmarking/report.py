@@ -67,8 +67,9 @@ def format_table(results: dict) -> str:
                   lambda m: f"{m['trainable_parameters'] / 1e6:.2f}M, {m['flops_per_step'] / 1e9:,.1f}")
         for phase in ("first_epoch", "steady"):
             name = phase.replace("_", " ")
-            _compared(rows, "train", size, f"{name}: target tokens/s", train[phase], "target_tokens_per_s",
-                      lambda m: f"{m['target_tokens_per_s']:,.0f}")
+            _compared(rows, "train", size, f"{name}: target tokens/s, median (best)", train[phase],
+                      "target_tokens_per_s",
+                      lambda m: f"{m['target_tokens_per_s']:,.0f} ({m['target_tokens_per_s_best']:,.0f})")
             _compared(rows, "train", size, f"{name}: FLOP/s (% of peak)", train[phase], "flops_per_s",
                       lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
         _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
@@ -76,9 +77,10 @@ def format_table(results: dict) -> str:
     for size, settings in results.get("generate", {}).items():
         for name, generated in settings.items():
             search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
-            label = f"{search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: tokens/s"
+            label = f"{search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: tokens/s (best)"
             label += "" if generated["same_output"] else " (outputs differ)"
-            _compared(rows, "generate", size, label, generated, "tokens_per_s", lambda m: f"{m['tokens_per_s']:,.0f}")
+            _compared(rows, "generate", size, label, generated, "tokens_per_s",
+                      lambda m: f"{m['tokens_per_s']:,.0f} ({m['tokens_per_s_best']:,.0f})")
     data = results.get("data")
     if data:
         pipeline, stages = data["pipeline"], data["pipeline"]["stage_seconds"]
