@@ -134,6 +134,16 @@ def _build_backend_tokenizer() -> Tokenizer:
     return tokenizer
 
 
+def check_vocab_size(vocab_size: int, name: str = "vocab_size") -> None:
+    """Raise ValueError, naming `name`, unless a vocabulary of `vocab_size` entries can hold the special tokens and
+    the 256 byte symbols that every byte-level BPE vocabulary starts with."""
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"{name} {vocab_size} is too small: the vocabulary holds {len(SPECIAL_TOKENS)} special tokens and "
+            f"{BYTE_ALPHABET_SIZE} byte symbols, so it must be at least {MIN_VOCAB_SIZE}"
+        )
+
+
 def train_tokenizer(
     texts_or_files: TextSource,
     vocab_size: int = 8000,
@@ -152,11 +162,7 @@ def train_tokenizer(
         min_frequency: a merge must occur at least this often to be learned.
         model_max_length: the longest sequence (in tokens, `</s>` included) the model will accept.
     """
-    if vocab_size < MIN_VOCAB_SIZE:
-        raise ValueError(
-            f"vocab_size={vocab_size} is too small: the vocabulary holds {len(SPECIAL_TOKENS)} special tokens and "
-            f"{BYTE_ALPHABET_SIZE} byte symbols, so it must be at least {MIN_VOCAB_SIZE}"
-        )
+    check_vocab_size(vocab_size)
     if min_frequency < 1:
         raise ValueError(f"min_frequency={min_frequency} must be >= 1")
     tokenizer = _build_backend_tokenizer()

@@ -1,253 +1,52 @@
-"""The training pipeline behind `scripts/train.py`: arguments, data, tokenizer, model, `Seq2SeqTrainer`, outputs.
+"""The run behind `scripts/train.py`: data, tokenizer, model, `TransformerSeq2SeqTrainer`, outputs.
 
 text -> tokenizer (trained on the training split unless given) -> filtered, tokenized pairs -> token-budget batches
 -> model with the paper's label-smoothed loss -> `TransformerSeq2SeqTrainer` (Noam schedule, evaluation with
 `generate`, sacreBLEU/chrF, best checkpoint on BLEU) -> model folder with custom code, tokenizer and model card.
 
-Arguments come from `HfArgumentParser` over three dataclasses, with an optional YAML/JSON file (`--config`) whose
-values become the defaults that command-line flags override. Every argument is checked before the model is built,
-so bad values fail in seconds with a message naming the value.
+The arguments and their checks are in `modeling.arguments`; `setup_training` calls those checks first, then checks
+the data, and writes nothing into output_dir until every check has passed: a bad argument or unusable data raises
+`ConfigurationError` and leaves no folder behind.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import shlex
 import shutil
-import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import psutil
 import torch
-import yaml
-from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
+from transformers import DataCollatorForSeq2Seq, set_seed
 
-from .batching import TokenBudgetBatchSampler, token_lengths
+from .arguments import (
+    ConfigurationError,
+    DataArguments,
+    ModelArguments,
+    TransformerTrainingArguments,
+    model_config,
+    validate_arguments,
+)
 from .checkpoints import checkpoint_problem, list_checkpoints
-from .configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
-from .data import SYNTHETIC_TASKS, filter_pairs, load_parallel_corpus, tokenize_pairs
+from .data import filter_pairs, load_parallel_corpus, tokenize_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
 from .model_card import model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
-from .schedule import NOAM
 from .tokenization import dataset_texts, load_tokenizers, train_tokenizer
-from .trainer import TransformerSeq2SeqTrainer, TransformerTrainingArguments, cpu_threads_per_process
+from .trainer import TransformerSeq2SeqTrainer, token_budget_sampler
 
 logger = logging.getLogger(__name__)
 
 
-
-class ConfigurationError(ValueError):
-    """A bad argument or unusable data, found before training starts; the message names the value."""
-
-
 # ----------------------------------------------------------------------------------------------------------------------
-# Arguments
+# Checks of the run folder and the data, before anything is written
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ModelArguments:
-    """The model: a size preset (Table 3) whose values explicit dimensions override."""
-
-    preset: str = field(default="tiny", metadata={"help": f"Model size preset: one of {', '.join(PRESETS)}."})
-    d_model: int | None = field(default=None, metadata={"help": "Model width (overrides the preset)."})
-    encoder_layers: int | None = field(default=None, metadata={"help": "Encoder layers N (overrides the preset)."})
-    decoder_layers: int | None = field(default=None, metadata={"help": "Decoder layers N (overrides the preset)."})
-    attention_heads: int | None = field(
-        default=None, metadata={"help": "Attention heads h of encoder and decoder (overrides the preset)."}
-    )
-    ffn_dim: int | None = field(
-        default=None, metadata={"help": "Feed-forward inner size d_ff of encoder and decoder (overrides the preset)."}
-    )
-    dropout: float | None = field(default=None, metadata={"help": "P_drop of §5.4 (overrides the preset)."})
-    attention_dropout: float | None = field(default=None, metadata={"help": "Dropout on attention weights."})
-    max_position_embeddings: int | None = field(
-        default=None, metadata={"help": "Longest sequence the positional encoding covers (overrides the preset)."}
-    )
-    norm_first: bool = field(
-        default=False, metadata={"help": "Pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm."}
-    )
-    tie_word_embeddings: bool = field(
-        default=True, metadata={"help": "Share source/target embeddings and the output projection (§3.4)."}
-    )
-    label_smoothing: float = field(
-        default=0.1,
-        metadata={
-            "help": "epsilon_ls of §5.4, applied by the model's loss (padding excluded). Set 0 to use "
-            "--label_smoothing_factor (transformers' LabelSmoother) instead."
-        },
-    )
-
-    def config_overrides(self) -> dict:
-        """Config fields set explicitly (None = keep the preset's value)."""
-        overrides = {
-            "d_model": self.d_model,
-            "encoder_layers": self.encoder_layers,
-            "decoder_layers": self.decoder_layers,
-            "encoder_attention_heads": self.attention_heads,
-            "decoder_attention_heads": self.attention_heads,
-            "encoder_ffn_dim": self.ffn_dim,
-            "decoder_ffn_dim": self.ffn_dim,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "max_position_embeddings": self.max_position_embeddings,
-        }
-        overrides = {name: value for name, value in overrides.items() if value is not None}
-        overrides.update(
-            norm_first=self.norm_first,
-            tie_word_embeddings=self.tie_word_embeddings,
-            label_smoothing=self.label_smoothing,
-        )
-        return overrides
-
-
-@dataclass
-class DataArguments:
-    """The corpus, its tokenizer and the length filter. With neither --data_dir nor --dataset_name: the copy task."""
-
-    data_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "A local parallel corpus: a directory of {split}.{lang}[.gz] files (e.g. ../shared/data/multi30k), "
-            "of {split}.tsv/.jsonl files, or a DatasetDict saved with save_to_disk."
-        },
-    )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": f"A `datasets` name (e.g. wmt14), or a synthetic task: {', '.join(SYNTHETIC_TASKS)}."},
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "The dataset configuration (e.g. de-en)."})
-    source_lang: str | None = field(default=None, metadata={"help": "Source language code (e.g. de)."})
-    target_lang: str | None = field(default=None, metadata={"help": "Target language code (e.g. en)."})
-    source_column: str | None = field(default=None, metadata={"help": "Source text column, when not inferable."})
-    target_column: str | None = field(default=None, metadata={"help": "Target text column, when not inferable."})
-    tokenizer_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "A tokenizer folder (tokenizer.json); default: train a BPE tokenizer on the training split."},
-    )
-    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained here."})
-    max_length: int = field(
-        default=128, metadata={"help": "Pairs with a side longer than this many tokens are removed (and counted)."}
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
-    max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
-
-
-ARGUMENT_CLASSES = (ModelArguments, DataArguments, TransformerTrainingArguments)
-
-
-def build_parser() -> HfArgumentParser:
-    parser = HfArgumentParser(ARGUMENT_CLASSES)
-    parser.add_argument(
-        "--config",
-        default=None,
-        help="A YAML or JSON file of arguments (names as on the command line, without --); flags given on the "
-        "command line override its values.",
-    )
-    return parser
-
-
-def read_config_file(path: str | os.PathLike) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigurationError(f"config file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
-    values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    if values is None:
-        return {}
-    if not isinstance(values, dict):
-        raise ConfigurationError(
-            f"config file {path} must hold a mapping of argument names to values, got a {type(values).__name__}"
-        )
-    return values
-
-
-def parse_arguments(
-    argv: Sequence[str] | None = None, default_config: str | os.PathLike | None = None
-) -> tuple[ModelArguments, DataArguments, TransformerTrainingArguments, Path | None]:
-    """Parse `argv` (default: sys.argv[1:]) with the values of `--config` (else `default_config`) as defaults.
-
-    Returns the three argument dataclasses and the config file used (None if none).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    config_parser = argparse.ArgumentParser(add_help=False)
-    config_parser.add_argument("--config", default=None)
-    known, _ = config_parser.parse_known_args(argv)
-    config_path = Path(known.config) if known.config else (Path(default_config) if default_config else None)
-    if config_path is not None:
-        values = read_config_file(config_path)
-        actions = {action.dest: action for action in parser._actions}
-        unknown = sorted(set(values) - set(actions) - {"config"})
-        if unknown:
-            raise ConfigurationError(
-                f"unknown argument(s) {unknown} in {config_path}; arguments are the command-line flags without "
-                "'--' (see scripts/train.py --help)"
-            )
-        for name, value in values.items():
-            converter = actions[name].type
-            if isinstance(value, str) and converter in (int, float):
-                values[name] = converter(value)  # YAML reads 1e-9 (no dot) as a string
-        parser.set_defaults(**values)
-    try:
-        outputs = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as error:  # raised by the dataclasses' __post_init__ checks
-        raise ConfigurationError(str(error)) from error
-    model_args, data_args, training_args = outputs[:3]
-    return model_args, data_args, training_args, config_path
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Checks that run before anything heavy
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def validate_arguments(model_args: ModelArguments, data_args: DataArguments, training_args) -> None:
-    """Fail early, naming the bad value and what would be accepted."""
-    if model_args.preset not in PRESETS:
-        raise ConfigurationError(f"Unknown model preset {model_args.preset!r}; choose one of {sorted(PRESETS)}.")
-    if data_args.data_dir is not None and data_args.dataset_name is not None:
-        raise ConfigurationError(
-            "give either --data_dir (a local corpus) or --dataset_name (a datasets name), not both"
-        )
-    if data_args.data_dir is not None and not Path(data_args.data_dir).exists():
-        raise ConfigurationError(
-            f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); give a directory of "
-            "{split}.{lang} files such as ../shared/data/multi30k, or leave it out to train on the copy task"
-        )
-    if data_args.tokenizer_name_or_path is not None and not Path(data_args.tokenizer_name_or_path).is_dir():
-        raise ConfigurationError(
-            f"--tokenizer_name_or_path {data_args.tokenizer_name_or_path} is not a directory with a tokenizer.json; "
-            "leave it out to train a tokenizer on the training data"
-        )
-    if data_args.max_length < 1:
-        raise ConfigurationError(f"--max_length must be >= 1 token, got {data_args.max_length}")
-    positions = model_positions(model_args)
-    if data_args.max_length + 1 > positions:
-        raise ConfigurationError(
-            f"--max_length {data_args.max_length} (+1 for the decoder start token) exceeds the "
-            f"{positions} positions of the model; lower --max_length or raise --max_position_embeddings"
-        )
-    if model_args.label_smoothing > 0 and training_args.label_smoothing_factor > 0:
-        raise ConfigurationError(
-            f"label smoothing is set twice: --label_smoothing {model_args.label_smoothing} (the model's loss) and "
-            f"--label_smoothing_factor {training_args.label_smoothing_factor} (transformers'); set one of them to 0"
-        )
-    if training_args.push_to_hub and not training_args.hub_model_id:
-        raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/transformer-multi30k-de-en)")
-    if training_args.lr_scheduler != NOAM and training_args.learning_rate > 0.05:
-        logger.warning(
-            "--learning_rate %s with --lr_scheduler %s: that is the Noam factor default; transformers' schedules "
-            "take the peak rate (e.g. 5e-4)", training_args.learning_rate, training_args.lr_scheduler,
-        )
 
 
 def resolve_checkpoint(training_args) -> str | None:
@@ -275,33 +74,25 @@ def resolve_checkpoint(training_args) -> str | None:
     return str(value)
 
 
-def prepare_output_dir(training_args, resuming: bool) -> None:
+def refuse_earlier_run(training_args, resuming: bool) -> None:
     """Refuse to train into a folder that holds an earlier run (its checkpoints would mix with this run's and
-    `--resume_from_checkpoint last` could pick one of them), unless resuming; with --overwrite_output_dir delete the
-    earlier run's checkpoints first."""
+    `--resume_from_checkpoint last` could pick one of them), unless resuming or --overwrite_output_dir (whose
+    deletion of the earlier checkpoints waits until every check has passed)."""
     output_dir = Path(training_args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
-    if resuming or not entries:
+    if resuming or not entries or training_args.overwrite_output_dir:
         return
-    if not training_args.overwrite_output_dir:
-        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-        raise ConfigurationError(
-            f"--output_dir {output_dir} already holds an earlier run ({shown}); choose a new folder, continue it with "
-            "--resume_from_checkpoint last, or replace it with --overwrite_output_dir"
-        )
-    if training_args.process_index == 0:
-        for checkpoint in list_checkpoints(output_dir):
-            shutil.rmtree(checkpoint)
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    raise ConfigurationError(
+        f"--output_dir {output_dir} already holds an earlier run ({shown}); choose a new folder, continue it with "
+        "--resume_from_checkpoint last, or replace it with --overwrite_output_dir"
+    )
 
 
 def check_token_budget(train_dataset, training_args) -> None:
-    """Build the token-budget batches once now, so a sentence longer than --max_tokens fails before training."""
-    source_lengths, target_lengths = token_lengths(train_dataset)
+    """Build the token-budget batches as the Trainer will, so a pair longer than --max_tokens fails before training."""
     try:
-        TokenBudgetBatchSampler(
-            source_lengths, target_lengths, training_args.max_tokens,
-            num_replicas=training_args.world_size, rank=None, pad_to_multiple_of=training_args.pad_to_multiple_of,
-        )
+        token_budget_sampler(train_dataset, training_args)
     except ValueError as error:
         raise ConfigurationError(
             f"--max_tokens {training_args.max_tokens} is too small for the training data: {error}"
@@ -314,16 +105,18 @@ def check_token_budget(train_dataset, training_args) -> None:
 
 
 def load_corpus(data_args: DataArguments):
-    data = data_args.data_dir if data_args.data_dir is not None else data_args.dataset_name
+    flag, data = ("--data_dir", data_args.data_dir) if data_args.data_dir is not None else (
+        "--dataset_name", data_args.dataset_name)
     try:
         corpus = load_parallel_corpus(
             data, data_args.source_lang, data_args.target_lang, dataset_config=data_args.dataset_config,
             source_column=data_args.source_column, target_column=data_args.target_column,
         )
-    except (ValueError, KeyError, FileNotFoundError) as error:
-        raise ConfigurationError(f"cannot load the corpus {data!r}: {error}") from error
+    except (ValueError, KeyError, OSError, datasets.exceptions.DatasetsError) as error:
+        cause = f" ({error.__cause__})" if error.__cause__ is not None else ""  # datasets' own message is generic
+        raise ConfigurationError(f"{flag} {data}: cannot load the corpus: {error}{cause}") from error
     if "train" not in corpus:
-        raise ConfigurationError(f"the corpus {data!r} has no train split (it has {list(corpus)})")
+        raise ConfigurationError(f"{flag} {data}: the corpus has no train split (it has {list(corpus)})")
     for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples),
                          ("test", data_args.max_test_samples)):
         if limit is not None and split in corpus and len(corpus[split]) > limit:
@@ -331,49 +124,32 @@ def load_corpus(data_args: DataArguments):
     return corpus
 
 
-def get_tokenizer(data_args: DataArguments, corpus, training_args, checkpoint: str | None, model_args: ModelArguments):
-    """The given tokenizer, the checkpoint's when resuming, else one trained on the training split (by the main
-    process, saved to output_dir, then loaded by the others so every process has the same vocabulary)."""
+def get_tokenizer(
+    data_args: DataArguments, corpus, checkpoint: str | None, model_max_length: int, *, train_here: bool,
+    tokenizer_dir: Path,
+):
+    """The given tokenizer, the checkpoint's when resuming, else one trained on the training split (`train_here`:
+    by this process, which saves it once the data checks pass), else the one that process saved in tokenizer_dir
+    (so every process has the same vocabulary)."""
     if data_args.tokenizer_name_or_path is not None:
         return load_tokenizers(data_args.tokenizer_name_or_path)
     if checkpoint is not None:
         return load_tokenizers(checkpoint)
-    tokenizer_dir = Path(training_args.output_dir)
-    per_node = training_args.save_on_each_node  # whether nodes share the output_dir's file system
-    with training_args.main_process_first(local=per_node, desc="training the tokenizer"):
-        if (training_args.local_process_index if per_node else training_args.process_index) == 0:
-            tokenizer = train_tokenizer(
-                dataset_texts(corpus["train"]), vocab_size=data_args.vocab_size,
-                model_max_length=model_positions(model_args) - 1,
-            )
-            tokenizer_dir.mkdir(parents=True, exist_ok=True)
-            tokenizer.save_pretrained(tokenizer_dir)
-        else:
-            tokenizer = load_tokenizers(tokenizer_dir)
-    return tokenizer
+    if train_here:
+        return train_tokenizer(
+            dataset_texts(corpus["train"]), vocab_size=data_args.vocab_size, model_max_length=model_max_length
+        )
+    if not (tokenizer_dir / "tokenizer.json").is_file():  # that process stopped on a check and reported why
+        raise ConfigurationError(f"no tokenizer in {tokenizer_dir}: the process training it stopped on an error")
+    return load_tokenizers(tokenizer_dir)
 
 
-def model_positions(model_args: ModelArguments) -> int:
-    """The number of positions the model's sinusoidal table will cover."""
-    if model_args.max_position_embeddings is not None:
-        return model_args.max_position_embeddings
-    preset = PRESETS[model_args.preset]
-    return preset.get("max_position_embeddings", AnnotatedTransformerConfig().max_position_embeddings)
-
-
-def build_model(model_args: ModelArguments, tokenizer, training_args) -> AnnotatedTransformerForConditionalGeneration:
-    config = AnnotatedTransformerConfig.from_preset(
-        model_args.preset,
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-        **model_args.config_overrides(),
-    )
-    model = AnnotatedTransformerForConditionalGeneration(config)
+def build_model(
+    model_args: ModelArguments, data_args: DataArguments, tokenizer, training_args
+) -> AnnotatedTransformerForConditionalGeneration:
+    model = AnnotatedTransformerForConditionalGeneration(model_config(model_args, data_args, tokenizer))
     generation = model.generation_config
-    generation.num_beams = training_args.generation_num_beams or 1
+    generation.num_beams = training_args.generation_num_beams
     generation.max_length = training_args.generation_max_length
     generation.decoder_start_token_id = tokenizer.bos_token_id
     generation.bos_token_id = tokenizer.bos_token_id
@@ -393,6 +169,18 @@ def _default_generation_settings(training_args, data_args: DataArguments) -> Non
 # ----------------------------------------------------------------------------------------------------------------------
 # The pipeline
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+def cpu_threads_per_process() -> int:
+    """The CPU cores this process may use divided by the processes on this machine (what `accelerate launch --cpu`
+    sets) where `accelerate launch` left its default of 1 thread (OMP_NUM_THREADS=1, as it sets without --cpu);
+    otherwise the threads torch has now (its default, or the OMP_NUM_THREADS a user chose)."""
+    launched_by_accelerate = "ACCELERATE_MIXED_PRECISION" in os.environ
+    if not launched_by_accelerate or os.environ.get("OMP_NUM_THREADS") != "1":
+        return torch.get_num_threads()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = min(psutil.cpu_count(logical=False) or usable, usable)
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def launch_command(argv: Sequence[str], world_size: int, distributed_type: str) -> str:
@@ -423,11 +211,13 @@ def setup_training(
 ) -> TrainingSetup:
     """Check the arguments, load and filter the corpus, get the tokenizer, tokenize, build the model and the trainer.
 
-    Every problem with the arguments or the data raises `ConfigurationError` here, before training.
+    Every problem with the arguments or the data raises `ConfigurationError` here, before training, and before
+    anything is written into output_dir.
     """
-    validate_arguments(model_args, data_args, training_args)
+    config = validate_arguments(model_args, data_args, training_args)
     checkpoint = resolve_checkpoint(training_args)
-    prepare_output_dir(training_args, resuming=checkpoint is not None)
+    resuming = checkpoint is not None
+    refuse_earlier_run(training_args, resuming)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes
     _default_generation_settings(training_args, data_args)
@@ -439,22 +229,7 @@ def setup_training(
         datasets.disable_progress_bars()  # `datasets`' own bars (map, filter) too, not only the Trainer's
 
     corpus = load_corpus(data_args)
-    tokenizer = get_tokenizer(data_args, corpus, training_args, checkpoint, model_args)
-    if isinstance(tokenizer, tuple):
-        raise ConfigurationError(
-            "separate source/target tokenizers are not supported by scripts/train.py; give a joint tokenizer"
-        )
-    corpus, filter_report = filter_pairs(corpus, max_length=data_args.max_length, tokenizer=tokenizer)
-    for split in corpus:
-        if len(corpus[split]) == 0:
-            raise ConfigurationError(
-                f"no {split} pairs are left after filtering ({filter_report[split]}); raise --max_length"
-            )
-    with training_args.main_process_first(desc="tokenizing"):
-        tokenized = tokenize_pairs(corpus, tokenizer)
-    if training_args.max_tokens is not None:
-        check_token_budget(tokenized["train"], training_args)
-    has_validation = "validation" in tokenized
+    has_validation = "validation" in corpus
     if training_args.eval_strategy != "no" and not has_validation:
         raise ConfigurationError(
             f"evaluation needs a validation split, but the corpus has {list(corpus)}; add one or set --eval_strategy no"
@@ -462,7 +237,39 @@ def setup_training(
     if not has_validation:
         training_args.load_best_model_at_end = False
 
-    model = build_model(model_args, tokenizer, training_args)
+    # The first process (on each node, when the nodes do not share output_dir) trains the tokenizer and checks the
+    # data, and only then writes into output_dir; the others follow with the tokenizer it saved.
+    output_dir, per_node = Path(training_args.output_dir), training_args.save_on_each_node
+    first = (training_args.local_process_index if per_node else training_args.process_index) == 0
+    with training_args.main_process_first(local=per_node, desc="preparing the data"):
+        tokenizer = get_tokenizer(
+            data_args, corpus, checkpoint, config.max_position_embeddings - 1, train_here=first,
+            tokenizer_dir=output_dir,
+        )
+        if isinstance(tokenizer, tuple):
+            raise ConfigurationError(
+                f"--resume_from_checkpoint {checkpoint} holds separate source/target tokenizers, which "
+                "scripts/train.py does not support"
+            )
+        corpus, filter_report = filter_pairs(corpus, max_length=data_args.max_length, tokenizer=tokenizer)
+        for split in corpus:
+            if len(corpus[split]) == 0:
+                raise ConfigurationError(
+                    f"--max_length {data_args.max_length}: no {split} pairs are left after filtering "
+                    f"({filter_report[split]}); raise --max_length"
+                )
+        tokenized = tokenize_pairs(corpus, tokenizer)
+        if training_args.max_tokens is not None:
+            check_token_budget(tokenized["train"], training_args)
+        if first:  # every check passed: now the run may write
+            if training_args.overwrite_output_dir and not resuming:
+                for earlier in list_checkpoints(output_dir) if output_dir.is_dir() else []:
+                    shutil.rmtree(earlier)
+            if data_args.tokenizer_name_or_path is None and not resuming:
+                output_dir.mkdir(parents=True, exist_ok=True)
+                tokenizer.save_pretrained(output_dir)
+
+    model = build_model(model_args, data_args, tokenizer, training_args)
     collator = DataCollatorForSeq2Seq(
         tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
     )
@@ -494,10 +301,10 @@ def train(
     trainer, tokenizer, corpus, tokenized = setup.trainer, setup.tokenizer, setup.corpus, setup.tokenized
     if trainer.is_world_process_zero():
         model = trainer.model
-        parameters = sum(parameter.numel() for parameter in model.parameters())
         print(
             f"Model: preset {model_args.preset!r}, d_model {model.config.d_model}, {model.config.encoder_layers}+"
-            f"{model.config.decoder_layers} layers, {parameters:,} parameters; vocabulary {len(tokenizer)}; "
+            f"{model.config.decoder_layers} layers, {model.num_parameters():,} parameters; "
+            f"vocabulary {len(tokenizer)}; "
             f"pairs {', '.join(f'{split} {len(corpus[split])}' for split in corpus)}; "
             + trainer.run_description
         )
@@ -555,16 +362,12 @@ def print_summary(output_dir: str, results: list[dict], corpus) -> None:
 
 
 __all__ = [
-    "ARGUMENT_CLASSES",
-    "ConfigurationError",
     "TrainingSetup",
-    "setup_training",
-    "DataArguments",
-    "ModelArguments",
     "build_model",
-    "build_parser",
     "check_token_budget",
-    "parse_arguments",
+    "cpu_threads_per_process",
+    "load_corpus",
+    "resolve_checkpoint",
+    "setup_training",
     "train",
-    "validate_arguments",
 ]

@@ -2,15 +2,25 @@
 
 With no arguments it trains a tiny model on the embedded copy task (configs/copy_tiny.yaml). `--help` lists every
 argument; a YAML/JSON `--config` supplies defaults that command-line flags override.
+
+A bad argument, config file or corpus stops the run before anything is written, with one line
+`train.py: error: ...` naming it and exit status 2; a failed Hub upload after training exits with status 1.
 """
 
 import sys
 from pathlib import Path
 
+from modeling.arguments import ConfigurationError, parse_arguments
 from modeling.hub import HubUploadError
-from modeling.training import ConfigurationError, parse_arguments, train
+from modeling.training import train
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
+
+
+def fail(error: Exception, status: int) -> None:
+    message = " ".join(line.strip() for line in str(error).splitlines())
+    print(f"train.py: error: {message}", file=sys.stderr)
+    sys.exit(status)
 
 
 def main(argv=None) -> None:
@@ -18,8 +28,10 @@ def main(argv=None) -> None:
     try:
         model_args, data_args, training_args, config_path = parse_arguments(argv, default_config=DEFAULT_CONFIG)
         train(model_args, data_args, training_args, config_path=config_path, argv=argv)
-    except (ConfigurationError, HubUploadError) as error:
-        sys.exit(f"train.py: error: {error}")
+    except ConfigurationError as error:
+        fail(error, status=2)
+    except HubUploadError as error:  # the model is trained and saved locally; only the upload failed
+        fail(error, status=1)
 
 
 if __name__ == "__main__":

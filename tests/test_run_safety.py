@@ -16,7 +16,8 @@ import torch
 from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 from safetensors.torch import load_file
 
-from modeling.training import ConfigurationError, parse_arguments, resolve_checkpoint, train
+from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.training import resolve_checkpoint, train
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 SMALL = [*QUICK, "--eval_strategy", "no", "--max_train_samples", "64", "--max_tokens", "128",

@@ -1,6 +1,7 @@
 """The byte-level BPE tokenizer: exact round trip, special-token ids, save/load, vocabulary size, training speed."""
 
 import gzip
+import re
 import unicodedata
 from pathlib import Path
 
@@ -214,3 +215,52 @@ def test_cli_trains_and_saves_loadable_tokenizers(tmp_path):
 
     main(["--data", "reverse", "--separate", "--output_dir", str(tmp_path / "pair"), "--vocab_size", "280"])
     assert isinstance(load_tokenizers(tmp_path / "pair"), tuple)
+
+
+def _cli_main():
+    import runpy
+
+    return runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "train_tokenizer.py"))["main"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--data", "no/such/corpus"], r"--data no/such/corpus: cannot load the corpus: Couldn't find any data file"),
+        (["--vocab_size", "10"], r"--vocab_size 10 is too small: .* it must be at least 260"),
+        (["--vocab_size", "0"], r"argument --vocab_size: must be >= 1, got 0"),
+        (["--data", "reverse", "--separate", "--target_vocab_size", "100"], r"--target_vocab_size 100 is too small"),
+        (["--target_vocab_size", "300"], r"--target_vocab_size 300 differs from --vocab_size 8000.*add --separate"),
+        (["--files", "no/such.txt"], r"--files: no/such.txt does not exist or is not a file"),
+        (["--files", "no/such.txt", "--separate"], r"--separate needs --data"),
+        (["--output_dir", "{tmp}/file/tok"], r"--output_dir .*/file/tok: .*/file is a file, not a folder"),
+    ],
+)
+def test_cli_refuses_bad_arguments_on_one_line_before_writing(tmp_path, capsys, extra, message):
+    (tmp_path / "file").write_text("")
+    extra = [argument.replace("{tmp}", str(tmp_path)) for argument in extra]
+    with pytest.raises(SystemExit) as exit_info:
+        _cli_main()(["--output_dir", str(tmp_path / "tok"), *extra])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("train_tokenizer.py: error: "), error
+    assert re.search(message, error), error
+    assert not (tmp_path / "tok").exists() and not (tmp_path / "file").is_dir()
+
+
+def test_cli_missing_data_dir_is_one_line_without_a_traceback(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from launch_helpers import REPO_ROOT, SCRIPT_ENV
+
+    result = subprocess.run(
+        [sys.executable, "scripts/train_tokenizer.py", "--data", str(tmp_path / "corpus"), "--source_lang", "de",
+         "--target_lang", "en", "--output_dir", str(tmp_path / "tok")],
+        cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"train_tokenizer.py: error: --data {tmp_path / 'corpus'}: cannot load the corpus")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "tok").exists()

@@ -25,8 +25,8 @@ from safetensors.torch import load_file
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.schedule import noam_learning_rate
-from modeling.trainer import cpu_threads_per_process
-from modeling.training import ConfigurationError, parse_arguments, setup_training, train
+from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.training import cpu_threads_per_process, setup_training, train
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 
@@ -314,27 +314,114 @@ def test_unknown_config_keys_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--preset", "huge"], r"Unknown model preset 'huge'; choose one of \['base', 'big', 'tiny'\]"),
-        (["--data_dir", "no/such/corpus"], r"--data_dir no/such/corpus does not exist"),
-        (["--max_tokens", "8"], r"--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
-        (["--max_length", "300"], r"--max_length 300 .* exceeds the 256 positions"),
-        (["--label_smoothing_factor", "0.1"], r"label smoothing is set twice"),
+        # the model: refused by the configuration's @strict validation, naming the flag
+        (["--attention_heads", "7"], r"^--attention_heads 7: `d_model` \(64\) must be divisible by "
+                                     r"`encoder_attention_heads` \(7\)"),
+        (["--d_model", "0"], r"^--d_model 0: `d_model` must be a positive integer, got 0"),
+        (["--d_model", "-64"], r"^--d_model -64: `d_model` must be a positive integer, got -64"),
+        (["--d_model", "66"], r"^--d_model 66: `d_model` \(66\) must be divisible by `encoder_attention_heads` \(4\)"),
+        (["--d_model", "66", "--attention_heads", "4"], r"^--d_model 66 --attention_heads 4: `d_model` \(66\)"),
+        (["--attention_heads", "0"], r"^--attention_heads 0: `encoder_attention_heads` must be a positive integer"),
+        (["--ffn_dim", "0"], r"^--ffn_dim 0: `encoder_ffn_dim` must be a positive integer, got 0"),
+        (["--encoder_layers", "0"], r"^--encoder_layers 0: `encoder_layers` must be a positive integer, got 0"),
+        (["--dropout", "1.5"], r"^--dropout 1.5: `dropout` must be in \[0, 1\), got 1.5"),
+        (["--label_smoothing", "1.0"], r"^--label_smoothing 1.0: `label_smoothing` must be in \[0, 1\), got 1.0"),
+        (["--preset", "huge"], r"^--preset huge: Unknown model preset 'huge'; choose one of \['base', 'big', 'tiny'\]"),
+        # the tokenizer, the data and the rest
+        (["--vocab_size", "10"], r"^--vocab_size 10 is too small: .* it must be at least 260"),
+        (["--generation_num_beams", "0"], r"^--generation_num_beams must be at least 1, got 0"),
+        (["--max_steps", "0"], r"^--max_steps must be a positive number of optimizer steps"),
+        (["--max_train_samples", "0"], r"^--max_train_samples must be at least 1 pair, got 0"),
+        (["--data_dir", "no/such/corpus"], r"^--data_dir no/such/corpus does not exist"),
+        (["--tokenizer_name_or_path", "."], r"^--tokenizer_name_or_path \. is not a directory with a tokenizer.json"),
+        (["--config", "no/such.yaml"], r"^--config no/such.yaml: the file does not exist"),
+        (["--max_length", "300"], r"^--max_length 300 .* exceeds the 256 positions"),
+        (["--label_smoothing_factor", "0.1"], r"^label smoothing is set twice"),
+        # found in the data: the tokenizer is trained, but nothing is written
+        (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
+        (["--max_length", "1"], r"^--max_length 1: no train pairs are left after filtering"),
     ],
 )
-def test_bad_arguments_fail_before_training(tmp_path, extra, message):
+def test_bad_arguments_fail_before_anything_is_written(tmp_path, extra, message):
     with pytest.raises(ConfigurationError, match=message):
         run_in_process(tmp_path / "out", *extra)
-    assert not list((tmp_path / "out").glob("checkpoint-*")) and not (tmp_path / "out" / "trainer_state.json").exists()
+    assert not (tmp_path / "out").exists()
 
 
-def test_command_line_reports_bad_arguments_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("extra", [["--attention_heads", "7"], ["--vocab_size", "10"], ["--dropout", "1.5"]])
+def test_model_arguments_are_checked_before_the_corpus_is_loaded(tmp_path, monkeypatch, extra):
+    import modeling.training
+
+    def load_corpus(data_args):
+        raise AssertionError("the corpus was loaded before the arguments were checked")
+
+    monkeypatch.setattr(modeling.training, "load_corpus", load_corpus)
+    with pytest.raises(ConfigurationError, match=f"^{extra[0]} {extra[1]}"):
+        run_in_process(tmp_path / "out", *extra)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("d_model: [64\n", r"^--config .*bad.yaml is not valid YAML: while parsing"),
+        ("- 1\n", r"^--config .*bad.yaml must hold a mapping of argument names to values, got a list"),
+        ("adam_epsilon: tiny\n", r"^adam_epsilon: 'tiny' in .*bad.yaml is not a number"),
+        ("d_model: [64]\n", r"^--d_model \[64\]: Field 'd_model' expected int, got list"),
+    ],
+)
+def test_bad_config_files_are_refused(tmp_path, text, message):
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigurationError, match=message):
+        run_in_process(tmp_path / "out", "--config", str(tmp_path / "bad.yaml"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_that_cannot_be_a_folder_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigurationError, match=r"^--output_dir .*file/out: .*file is a file, not a folder"):
+        run_in_process(tmp_path / "file" / "out")
+
+
+def test_separate_tokenizers_are_refused_before_the_corpus_is_loaded(tmp_path):
+    from modeling.tokenization import save_tokenizers, train_translation_tokenizers
+
+    save_tokenizers(train_translation_tokenizers(["a b"], ["c d"], joint=False, vocab_size=270), tmp_path / "tok")
+    with pytest.raises(ConfigurationError, match=r"tok holds separate source/target tokenizers"):
+        run_in_process(tmp_path / "out", "--tokenizer_name_or_path", str(tmp_path / "tok"))
+
+
+def test_overwrite_keeps_the_earlier_run_when_the_new_one_is_refused(tmp_path):
+    (tmp_path / "out" / "checkpoint-3").mkdir(parents=True)
+    with pytest.raises(ConfigurationError, match="--max_tokens 8 is too small"):
+        run_in_process(tmp_path / "out", "--overwrite_output_dir", "true", "--max_tokens", "8")
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["checkpoint-3"]
+
+
+def test_unknown_flags_are_argparse_errors_on_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_arguments(["--d_modle", "32"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "train.py: error: unrecognized arguments: --d_modle 32\n"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--preset", "huge"], "--preset huge: Unknown model preset 'huge'; choose one of ['base', 'big', 'tiny']"),
+        (["--attention_heads", "7"], "--attention_heads 7: `d_model` (64) must be divisible"),
+        (["--max_tokens", "8"], "--max_tokens 8 is too small for the training data"),  # after tokenizer training
+        (["--max_stepz", "8"], "unrecognized arguments: --max_stepz 8"),  # argparse's own
+    ],
+)
+def test_command_line_reports_bad_arguments_on_one_line_with_status_2(tmp_path, extra, message):
     result = subprocess.run(
-        [sys.executable, str(TRAIN_SCRIPT), "--preset", "huge", "--output_dir", str(tmp_path / "out")],
+        [sys.executable, str(TRAIN_SCRIPT), *extra, "--output_dir", str(tmp_path / "out"), "--disable_tqdm", "true"],
         cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV}, capture_output=True, text=True, timeout=300,
     )
-    assert result.returncode == 1
-    assert "train.py: error: Unknown model preset 'huge'; choose one of ['base', 'big', 'tiny']" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("train.py: error: ")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and "usage:" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 

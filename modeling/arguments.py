@@ -1,0 +1,493 @@
+"""Every option of `scripts/train.py`, parsed and checked: the three argument dataclasses and their checks.
+
+`parse_arguments` reads the command line with `HfArgumentParser` over `ModelArguments`, `DataArguments` and
+`TransformerTrainingArguments`, with an optional YAML/JSON file (`--config`) whose values become the defaults that
+command-line flags override. `validate_arguments` then checks everything that can be checked before any data is
+loaded or any file written; the model's rules are checked by building its configuration (`model_config`), whose
+`@strict` validation is the one place each rule lives. A bad value raises `ConfigurationError`, naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from huggingface_hub.errors import StrictDataclassError
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers.trainer_utils import IntervalStrategy, SchedulerType
+
+from .configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
+from .data import SYNTHETIC_TASKS
+from .schedule import NOAM
+from .tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
+from .translation import OneLineErrorParser
+
+logger = logging.getLogger(__name__)
+
+LR_SCHEDULERS = (NOAM, *(scheduler.value for scheduler in SchedulerType))
+
+
+class ConfigurationError(ValueError):
+    """A bad argument or unusable data, found before training starts; the message names the value."""
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The arguments
+# ----------------------------------------------------------------------------------------------------------------------
+
+# The configuration field(s) each model flag sets.
+CONFIG_FIELDS_OF_FLAG = {
+    "d_model": ("d_model",),
+    "encoder_layers": ("encoder_layers",),
+    "decoder_layers": ("decoder_layers",),
+    "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+    "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"),
+    "dropout": ("dropout",),
+    "attention_dropout": ("attention_dropout",),
+    "max_position_embeddings": ("max_position_embeddings",),
+    "norm_first": ("norm_first",),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+    "label_smoothing": ("label_smoothing",),
+}
+
+
+@dataclass
+class ModelArguments:
+    """The model: a size preset (Table 3) whose values explicit dimensions override."""
+
+    preset: str = field(default="tiny", metadata={"help": f"Model size preset: one of {', '.join(PRESETS)}."})
+    d_model: int | None = field(default=None, metadata={"help": "Model width (overrides the preset)."})
+    encoder_layers: int | None = field(default=None, metadata={"help": "Encoder layers N (overrides the preset)."})
+    decoder_layers: int | None = field(default=None, metadata={"help": "Decoder layers N (overrides the preset)."})
+    attention_heads: int | None = field(
+        default=None, metadata={"help": "Attention heads h of encoder and decoder (overrides the preset)."}
+    )
+    ffn_dim: int | None = field(
+        default=None, metadata={"help": "Feed-forward inner size d_ff of encoder and decoder (overrides the preset)."}
+    )
+    dropout: float | None = field(default=None, metadata={"help": "P_drop of §5.4 (overrides the preset)."})
+    attention_dropout: float | None = field(default=None, metadata={"help": "Dropout on attention weights."})
+    max_position_embeddings: int | None = field(
+        default=None, metadata={"help": "Longest sequence the positional encoding covers (overrides the preset)."}
+    )
+    norm_first: bool = field(
+        default=False, metadata={"help": "Pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm."}
+    )
+    tie_word_embeddings: bool = field(
+        default=True, metadata={"help": "Share source/target embeddings and the output projection (§3.4)."}
+    )
+    label_smoothing: float = field(
+        default=0.1,
+        metadata={
+            "help": "epsilon_ls of §5.4, applied by the model's loss (padding excluded). Set 0 to use "
+            "--label_smoothing_factor (transformers' LabelSmoother) instead."
+        },
+    )
+
+    def config_overrides(self) -> dict:
+        """Config fields set explicitly (None = keep the preset's value)."""
+        return {
+            config_field: getattr(self, flag)
+            for flag, config_fields in CONFIG_FIELDS_OF_FLAG.items()
+            for config_field in config_fields
+            if getattr(self, flag) is not None
+        }
+
+
+@dataclass
+class DataArguments:
+    """The corpus, its tokenizer and the length filter. With neither --data_dir nor --dataset_name: the copy task."""
+
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "A local parallel corpus: a directory of {split}.{lang}[.gz] files (e.g. ../shared/data/multi30k), "
+            "of {split}.tsv/.jsonl files, or a DatasetDict saved with save_to_disk."
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": f"A `datasets` name (e.g. wmt14), or a synthetic task: {', '.join(SYNTHETIC_TASKS)}."},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "The dataset configuration (e.g. de-en)."})
+    source_lang: str | None = field(default=None, metadata={"help": "Source language code (e.g. de)."})
+    target_lang: str | None = field(default=None, metadata={"help": "Target language code (e.g. en)."})
+    source_column: str | None = field(default=None, metadata={"help": "Source text column, when not inferable."})
+    target_column: str | None = field(default=None, metadata={"help": "Target text column, when not inferable."})
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A tokenizer folder (tokenizer.json); default: train a BPE tokenizer on the training split."},
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained here."})
+    max_length: int = field(
+        default=128, metadata={"help": "Pairs with a side longer than this many tokens are removed (and counted)."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
+    max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+
+
+@dataclass
+class TransformerTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` plus the schedule choice and token budget, with the paper's defaults (§5.3):
+    Adam with beta2 = 0.98 and epsilon = 1e-9, no weight decay, the Noam schedule with 4000 warm-up steps and
+    `learning_rate` as its factor (1.0); and this project's: evaluation with `generate` (beam search), the best
+    checkpoint chosen on validation BLEU, TensorBoard logging, CPU DDP when there is no GPU.
+    """
+
+    lr_scheduler: str = field(
+        default=NOAM,
+        metadata={
+            "help": "The learning-rate schedule: 'noam' (§5.3: lr = learning_rate * d_model^-0.5 * "
+            "min(step^-0.5, step * warmup_steps^-1.5), so learning_rate is the Noam factor) or one of "
+            "transformers' schedules (then learning_rate is the peak rate): " + ", ".join(LR_SCHEDULERS[1:])
+        },
+    )
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token-budget batching (§5.1): each process's training batch holds at most this many padded "
+            "source tokens and as many padded target tokens (per_device_train_batch_size is then unused)."
+        },
+    )
+    pad_to_multiple_of: int | None = field(
+        default=None, metadata={"help": "Pad batches to a multiple of this length (8 suits tensor cores)."}
+    )
+    learning_rate: float = field(
+        default=1.0, metadata={"help": "With lr_scheduler=noam the Noam factor (paper: 1.0), otherwise the peak rate."}
+    )
+    warmup_steps: float = field(
+        default=4000, metadata={"help": "Warm-up optimizer steps (a value < 1 is a fraction of the training steps)."}
+    )
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (paper: 0.98)."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (paper: 1e-9)."})
+    output_dir: str | None = field(
+        default="outputs/transformer", metadata={"help": "Where checkpoints, logs and the final model folder go."}
+    )
+    eval_strategy: str = field(default="steps", metadata={"help": "When to evaluate: no, steps or epoch."})
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "Evaluate by generating translations (BLEU, chrF, exact match)."}
+    )
+    load_best_model_at_end: bool = field(
+        default=True, metadata={"help": "Save the checkpoint with the best --metric_for_best_model as the model."}
+    )
+    metric_for_best_model: str | None = field(default="bleu", metadata={"help": "Metric that picks the best model."})
+    report_to: None | str | list[str] = field(
+        default="tensorboard", metadata={"help": "Loggers: tensorboard (logs in output_dir/runs), none, ..."}
+    )
+    ddp_find_unused_parameters: bool | None = field(
+        default=False, metadata={"help": "Every parameter gets a gradient, so DDP need not search for unused ones."}
+    )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Threads per process when training on a CPU. By default the CPU cores are shared out among this "
+            "machine's processes, as `accelerate launch --cpu` does (without --cpu it gives every process 1 thread)."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into an output_dir that holds an earlier run: its checkpoint-* folders are deleted first "
+            "(they would mix with this run's), its other files replaced. Without it such a folder is refused, "
+            "unless --resume_from_checkpoint continues that run."
+        },
+    )
+    auto_mixed_precision: bool = field(
+        default=True,
+        metadata={
+            "help": "On a CUDA GPU, train in bf16 (fp16 where bf16 is missing) unless --bf16/--fp16 or accelerate's "
+            "--mixed_precision chose a precision; on a CPU train in fp32 (--bf16 works there, --fp16 does not)."
+        },
+    )
+
+    def __post_init__(self):
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            raise ValueError(f"Unknown --lr_scheduler {self.lr_scheduler!r}; choose one of {list(LR_SCHEDULERS)}.")
+        if self.lr_scheduler != NOAM:
+            self.lr_scheduler_type = self.lr_scheduler
+        elif self.warmup_steps <= 0:
+            raise ValueError(
+                f"--lr_scheduler noam needs --warmup_steps > 0 (the paper uses 4000), got {self.warmup_steps}."
+            )
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(
+                f"--max_steps must be a positive number of optimizer steps (or -1: train for --num_train_epochs), "
+                f"got {self.max_steps}."
+            )
+        if self.max_steps == -1 and self.num_train_epochs <= 0:
+            raise ValueError(
+                f"--num_train_epochs must be > 0 when --max_steps is not set, got {self.num_train_epochs}."
+            )
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"--max_tokens must be a positive number of tokens, got {self.max_tokens}.")
+        for name in ("pad_to_multiple_of", "generation_num_beams", "generation_max_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} must be at least 1, got {value}.")
+        strategies = [strategy.value for strategy in IntervalStrategy]
+        if self.eval_strategy not in strategies:
+            raise ValueError(f"Unknown --eval_strategy {self.eval_strategy!r}; choose one of {strategies}.")
+        if self.learning_rate < 0:
+            raise ValueError(f"--learning_rate must be >= 0, got {self.learning_rate}.")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}.")
+        if self.adam_epsilon < 0:
+            raise ValueError(f"--adam_epsilon must be >= 0, got {self.adam_epsilon}.")
+        if IntervalStrategy(self.eval_strategy) == IntervalStrategy.NO:
+            self.load_best_model_at_end = False  # nothing to choose from without evaluations
+        has_gpu = torch.cuda.is_available()
+        if not has_gpu and not self.use_cpu:
+            # Without it `accelerate launch --num_processes 2` on a CPU machine runs two independent trainings.
+            self.use_cpu = True
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"--cpu_threads must be at least 1, got {self.cpu_threads}.")
+        launcher_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+        if self.use_cpu and (self.fp16 or (launcher_precision == "fp16" and not self.bf16)):
+            # accelerate has no fp16 autocast on a CPU: it would train in fp32 while the run claims fp16.
+            raise ValueError(
+                "fp16 mixed precision needs a GPU (--fp16 or accelerate's --mixed_precision fp16); on a CPU use "
+                "--bf16 true or leave the precision out (fp32)."
+            )
+        precision_chosen = self.bf16 or self.fp16 or launcher_precision != "no"
+        if self.auto_mixed_precision and has_gpu and not self.use_cpu and not precision_chosen:
+            if torch.cuda.is_bf16_supported():
+                self.bf16 = True
+            else:
+                self.fp16 = True
+        super().__post_init__()
+
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, TransformerTrainingArguments)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Parsing
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class TrainingArgumentParser(OneLineErrorParser, HfArgumentParser):
+    """`HfArgumentParser` over `ARGUMENT_CLASSES` whose own errors (an unknown flag, a value of the wrong type) are
+    one line, `train.py: error: ...`, with exit status 2."""
+
+
+def build_parser() -> TrainingArgumentParser:
+    parser = TrainingArgumentParser(ARGUMENT_CLASSES, prog="train.py")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="A YAML or JSON file of arguments (names as on the command line, without --); flags given on the "
+        "command line override its values.",
+    )
+    return parser
+
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigurationError(f"--config {path}: the file does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ConfigurationError(f"--config {path} is not valid {kind}: {' '.join(str(error).split())}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigurationError(
+            f"--config {path} must hold a mapping of argument names to values, got a {type(values).__name__}"
+        )
+    return values
+
+
+def parse_arguments(
+    argv: Sequence[str] | None = None, default_config: str | os.PathLike | None = None
+) -> tuple[ModelArguments, DataArguments, TransformerTrainingArguments, Path | None]:
+    """Parse `argv` (default: sys.argv[1:]) with the values of `--config` (else `default_config`) as defaults.
+
+    Returns the three argument dataclasses and the config file used (None if none). A bad value in the file or a
+    check of the dataclasses raises `ConfigurationError`; argparse's own errors exit with status 2.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    config_parser = argparse.ArgumentParser(add_help=False)
+    config_parser.add_argument("--config", default=None)
+    known, _ = config_parser.parse_known_args(argv)
+    config_path = Path(known.config) if known.config else (Path(default_config) if default_config else None)
+    if config_path is not None:
+        values = read_config_file(config_path)
+        actions = {action.dest: action for action in parser._actions}
+        unknown = sorted(set(values) - set(actions) - {"config"})
+        if unknown:
+            raise ConfigurationError(
+                f"unknown argument(s) {unknown} in {config_path}; arguments are the command-line flags without "
+                "'--' (see scripts/train.py --help)"
+            )
+        for name, value in values.items():
+            converter = actions[name].type
+            if isinstance(value, str) and converter in (int, float):
+                try:
+                    values[name] = converter(value)  # YAML reads 1e-9 (no dot) as a string
+                except ValueError:
+                    kind = "an integer" if converter is int else "a number"
+                    raise ConfigurationError(f"{name}: {value!r} in {config_path} is not {kind}") from None
+        parser.set_defaults(**values)
+    try:
+        *outputs, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    except ValueError as error:  # raised by the dataclasses' __post_init__ checks
+        raise ConfigurationError(str(error)) from error
+    if remaining:
+        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    model_args, data_args, training_args = outputs[:3]
+    return model_args, data_args, training_args, config_path
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Checks that run before anything is loaded or written
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def model_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None) -> AnnotatedTransformerConfig:
+    """The model's configuration: the preset, the flags that override it, and the tokenizer's vocabulary and special
+    token ids (without a tokenizer: the one `--vocab_size` will train, whose ids `train_tokenizer` fixes).
+
+    Its `@strict` validation checks every model rule; a violation raises `ConfigurationError` naming the flag(s)."""
+    if tokenizer is None:
+        vocabulary = dict(vocab_size=data_args.vocab_size, pad_token_id=PAD_TOKEN_ID, bos_token_id=BOS_TOKEN_ID,
+                          eos_token_id=EOS_TOKEN_ID)
+    else:
+        vocabulary = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    try:
+        return AnnotatedTransformerConfig.from_preset(
+            model_args.preset, decoder_start_token_id=vocabulary["bos_token_id"], **vocabulary,
+            **model_args.config_overrides(),
+        )
+    except (StrictDataclassError, ValueError, TypeError) as error:
+        message = str(error.__cause__ or error)
+        raise ConfigurationError(f"{_flags_behind(message, model_args, data_args, tokenizer)}: {message}") from None
+
+
+def _flags_behind(message: str, model_args: ModelArguments, data_args: DataArguments, tokenizer) -> str:
+    """The flags (with their values) that set the config fields a validation message names, e.g. "--d_model 66"."""
+    fields = set(re.findall(r"[`'](\w+)[`']", message))
+    flags = [
+        f"--{flag} {getattr(model_args, flag)}"
+        for flag, config_fields in CONFIG_FIELDS_OF_FLAG.items()
+        if fields & set(config_fields) and getattr(model_args, flag) is not None
+    ]
+    if fields & {"vocab_size", "src_vocab_size", "pad_token_id", "bos_token_id", "eos_token_id",
+                 "decoder_start_token_id"}:
+        if tokenizer is not None:
+            flags.append(f"--tokenizer_name_or_path {data_args.tokenizer_name_or_path}")
+        else:
+            flags.append(f"--vocab_size {data_args.vocab_size}")
+    return " ".join(flags) or f"--preset {model_args.preset}"  # a value the preset gave, or the preset itself
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "--output_dir") -> None:
+    """Raise `ConfigurationError` unless `path` is a folder this process can write in, or one it can create."""
+    path = Path(path)
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigurationError(f"{flag} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"{flag} {path}: {existing} is not writable")
+
+
+def validate_arguments(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TransformerTrainingArguments
+) -> AnnotatedTransformerConfig:
+    """Check every argument before any data is loaded or file written, naming the bad value and what would be
+    accepted. Returns the model configuration built from the arguments (with the vocabulary the run will have)."""
+    if data_args.data_dir is not None and data_args.dataset_name is not None:
+        raise ConfigurationError(
+            "give either --data_dir (a local corpus) or --dataset_name (a datasets name), not both"
+        )
+    if data_args.data_dir is not None and not Path(data_args.data_dir).exists():
+        raise ConfigurationError(
+            f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); give a directory of "
+            "{split}.{lang} files such as ../shared/data/multi30k, or leave it out to train on the copy task"
+        )
+    tokenizer = None
+    if data_args.tokenizer_name_or_path is not None:
+        tokenizer = _given_tokenizer(data_args.tokenizer_name_or_path)
+    else:
+        try:
+            check_vocab_size(data_args.vocab_size, "--vocab_size")
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
+    config = model_config(model_args, data_args, tokenizer)
+    if data_args.max_length < 1:
+        raise ConfigurationError(f"--max_length must be >= 1 token, got {data_args.max_length}")
+    if data_args.max_length + 1 > config.max_position_embeddings:
+        raise ConfigurationError(
+            f"--max_length {data_args.max_length} (+1 for the decoder start token) exceeds the "
+            f"{config.max_position_embeddings} positions of the model; lower --max_length or raise "
+            "--max_position_embeddings"
+        )
+    for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
+        value = getattr(data_args, name)
+        if value is not None and value < 1:
+            raise ConfigurationError(f"--{name} must be at least 1 pair, got {value}")
+    if model_args.label_smoothing > 0 and training_args.label_smoothing_factor > 0:
+        raise ConfigurationError(
+            f"label smoothing is set twice: --label_smoothing {model_args.label_smoothing} (the model's loss) and "
+            f"--label_smoothing_factor {training_args.label_smoothing_factor} (transformers'); set one of them to 0"
+        )
+    if training_args.push_to_hub and not training_args.hub_model_id:
+        raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/transformer-multi30k-de-en)")
+    check_output_dir(training_args.output_dir)
+    if training_args.lr_scheduler != NOAM and training_args.learning_rate > 0.05:
+        logger.warning(
+            "--learning_rate %s with --lr_scheduler %s: that is the Noam factor default; transformers' schedules "
+            "take the peak rate (e.g. 5e-4)", training_args.learning_rate, training_args.lr_scheduler,
+        )
+    return config
+
+
+def _given_tokenizer(path: str):
+    if not (Path(path) / "tokenizer.json").is_file():
+        raise ConfigurationError(
+            f"--tokenizer_name_or_path {path} is not a directory with a tokenizer.json; "
+            "leave it out to train a tokenizer on the training data"
+        )
+    try:
+        tokenizer = load_tokenizers(path)
+    except Exception as error:  # a damaged tokenizer.json: tokenizers raises a bare Exception
+        raise ConfigurationError(f"--tokenizer_name_or_path {path}: cannot load the tokenizer: {error}") from None
+    if isinstance(tokenizer, tuple):
+        raise ConfigurationError(
+            f"--tokenizer_name_or_path {path} holds separate source/target tokenizers, which scripts/train.py does "
+            "not support; give a joint tokenizer"
+        )
+    return tokenizer
+
+
+__all__ = [
+    "ARGUMENT_CLASSES",
+    "LR_SCHEDULERS",
+    "ConfigurationError",
+    "DataArguments",
+    "ModelArguments",
+    "TransformerTrainingArguments",
+    "build_parser",
+    "check_output_dir",
+    "model_config",
+    "parse_arguments",
+    "read_config_file",
+    "validate_arguments",
+]
