@@ -246,6 +246,8 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(f"--adam_epsilon must be >= 0, got {self.adam_epsilon}.")
         if IntervalStrategy(self.eval_strategy) == IntervalStrategy.NO:
             self.load_best_model_at_end = False  # nothing to choose from without evaluations
+        if self.disable_tqdm is None:
+            self.disable_tqdm = not sys.stderr.isatty()  # progress bars only for a person at a terminal
         has_gpu = torch.cuda.is_available()
         if not has_gpu and not self.use_cpu:
             # Without it `accelerate launch --num_processes 2` on a CPU machine runs two independent trainings.

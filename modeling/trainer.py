@@ -52,6 +52,10 @@ class _SetSamplerEpoch(TrainerCallback):
         self.sampler.set_epoch(math.floor(state.epoch or 0))
 
 
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the message names the optimizer step."""
+
+
 class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler == "noam"` and, when `args.max_tokens`
     is set, batches the training set by token budget with `TokenBudgetBatchSampler`."""
@@ -70,6 +74,18 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         if self.args.use_cpu:
             details.append(f"{torch.get_num_threads()} thread(s)")
         return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """One forward/backward; a NaN or infinite loss stops the run before the optimizer applies its gradients, so
+        no checkpoint ever holds NaN weights. (The Trainer itself reads each step's loss too, for its NaN filter.)"""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"the training loss is {loss.item()} at optimizer step {self.state.global_step + 1}: training stopped "
+                "before that update, so the saved checkpoints hold finite weights; lower --learning_rate, raise "
+                "--warmup_steps or train in fp32, then resume with --resume_from_checkpoint last"
+            )
+        return loss
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if getattr(self.args, "lr_scheduler", None) != NOAM:
@@ -114,4 +130,4 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         return self.accelerator.prepare(dataloader)
 
 
-__all__ = ["TransformerSeq2SeqTrainer", "token_budget_sampler"]
+__all__ = ["NonFiniteLossError", "TransformerSeq2SeqTrainer", "token_budget_sampler"]

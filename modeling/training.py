@@ -150,7 +150,11 @@ def build_model(
     model = AnnotatedTransformerForConditionalGeneration(model_config(model_args, data_args, tokenizer))
     generation = model.generation_config
     generation.num_beams = training_args.generation_num_beams
-    generation.max_length = training_args.generation_max_length
+    # A length in new tokens, not `max_length`: a saved max_length makes every `generate(max_new_tokens=...)` call
+    # warn that both are set. Targets were filtered to --max_length tokens.
+    generation.max_new_tokens = (
+        training_args.generation_max_length - 1 if training_args.generation_max_length else data_args.max_length
+    )
     generation.decoder_start_token_id = tokenizer.bos_token_id
     generation.bos_token_id = tokenizer.bos_token_id
     generation.eos_token_id = tokenizer.eos_token_id
@@ -159,9 +163,6 @@ def build_model(
 
 
 def _default_generation_settings(training_args, data_args: DataArguments) -> None:
-    if training_args.generation_max_length is None:
-        # Targets were filtered to max_length tokens; +1 for the decoder start token that generate counts.
-        training_args.generation_max_length = data_args.max_length + 1
     if training_args.generation_num_beams is None:
         training_args.generation_num_beams = 4
 

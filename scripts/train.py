@@ -12,6 +12,7 @@ from pathlib import Path
 
 from modeling.arguments import ConfigurationError, parse_arguments
 from modeling.hub import HubUploadError
+from modeling.trainer import NonFiniteLossError
 from modeling.training import train
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
@@ -30,7 +31,7 @@ def main(argv=None) -> None:
         train(model_args, data_args, training_args, config_path=config_path, argv=argv)
     except ConfigurationError as error:
         fail(error, status=2)
-    except HubUploadError as error:  # the model is trained and saved locally; only the upload failed
+    except (HubUploadError, NonFiniteLossError) as error:  # not an argument error: found while training
         fail(error, status=1)
 
 

@@ -17,6 +17,7 @@ from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.trainer import NonFiniteLossError
 from modeling.training import resolve_checkpoint, train
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
@@ -149,3 +150,39 @@ def test_a_run_killed_mid_interval_resumes_to_the_weights_of_an_uninterrupted_ru
     assert set(resumed) == set(expected)
     for name in expected:
         assert torch.equal(resumed[name], expected[name]), name
+
+
+# ---- a loss that becomes NaN -------------------------------------------------------------------------------------
+
+
+def test_a_nan_loss_stops_training_naming_the_step_and_saves_no_nan_weights(tmp_path):
+    output_dir = tmp_path / "run"
+    with pytest.raises(NonFiniteLossError, match=r"the training loss is (nan|inf) at optimizer step (\d+)"):
+        # a learning rate a million times too large blows the weights up within a few steps
+        run(output_dir, "--max_steps", "60", "--save_steps", "2", "--learning_rate", "1e7", "--warmup_steps", "1")
+    assert not (output_dir / "model.safetensors").exists()
+    checkpoints = list(output_dir.glob("checkpoint-*"))
+    for checkpoint in checkpoints:
+        for name, tensor in load_file(checkpoint / "model.safetensors").items():
+            assert torch.isfinite(tensor).all(), f"{checkpoint.name}: {name}"
+
+
+# ---- what a run leaves behind --------------------------------------------------------------------------------------
+
+
+def test_the_saved_generation_config_has_no_max_length_to_clash_with_max_new_tokens(earlier_run, caplog):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    saved = json.loads((earlier_run / "generation_config.json").read_text())
+    assert "max_length" not in saved and saved["max_new_tokens"] == 32  # copy_tiny's --max_length
+    model = AutoModelForSeq2SeqLM.from_pretrained(earlier_run)
+    tokenizer = AutoTokenizer.from_pretrained(earlier_run)
+    with caplog.at_level("WARNING"):
+        model.generate(**tokenizer(["1 2 3"], return_tensors="pt"), max_new_tokens=3)
+    assert "max_length" not in caplog.text
+
+
+def test_progress_bars_are_off_when_output_is_not_a_terminal(tmp_path):
+    # under pytest stderr is captured, not a terminal (QUICK's --disable_tqdm is left out here)
+    _, _, training_args, _ = parse_arguments(["--output_dir", str(tmp_path / "run")], default_config=DEFAULT_CONFIG)
+    assert training_args.disable_tqdm is True
