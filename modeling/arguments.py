@@ -25,11 +25,11 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
+from .command_line import OneLineErrorParser
 from .configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
 from .data import SYNTHETIC_TASKS
 from .schedule import NOAM
 from .tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
-from .translation import OneLineErrorParser
 
 logger = logging.getLogger(__name__)
 

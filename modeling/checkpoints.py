@@ -18,7 +18,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, weight_files, weights_problem, write_checksums
+from .weight_files import (
+    CHECKSUMS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    weight_files,
+    weights_problem,
+    write_checksums,
+)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE_NAME = "trainer_state.json"

@@ -244,7 +244,7 @@ def _refuse_columns(source_column, target_column, reason):
         )
 
 
-def _canonical_split_names(names: Sequence[str]) -> dict[str, str]:
+def canonical_split_names(names: Sequence[str]) -> dict[str, str]:
     """Map raw split names to train/validation/test where that is unambiguous."""
     mapping = {name: _SPLIT_ALIASES.get(name.lower(), name) for name in names}
     test_like = [name for name in names if mapping[name] == name and name.lower().startswith("test")]
@@ -321,7 +321,7 @@ def _find_text_pairs(directory: Path) -> dict[str, dict[str, Path]]:
 def _load_text_pairs(directory: Path, found, source_lang, target_lang) -> DatasetDict:
     languages = sorted({lang for langs in found.values() for lang in langs})
     source_lang, target_lang = _choose_languages(languages, source_lang, target_lang, str(directory))
-    names = _canonical_split_names([split for split, langs in found.items() if {source_lang, target_lang} & set(langs)])
+    names = canonical_split_names([split for split, langs in found.items() if {source_lang, target_lang} & set(langs)])
     splits = {}
     for split, canonical in names.items():
         files = found[split]
@@ -364,7 +364,7 @@ def _load_tables(tables: dict[str, Path], source_lang, target_lang, source_colum
         raise ValueError("name both source_column and target_column, or neither")
     columns = (source_column, target_column) if source_column is not None else None
     languages = (source_lang, target_lang)
-    names = _canonical_split_names(list(tables))
+    names = canonical_split_names(list(tables))
     splits = {}
     for split, path in tables.items():
         reader = _read_tsv if _TABLE_FILE.match(path.name)["format"] == "tsv" else _read_jsonl
@@ -446,7 +446,7 @@ def _from_datasets(
 ) -> DatasetDict:
     if isinstance(raw, Dataset):
         raw = DatasetDict({"train": raw})
-    names = _canonical_split_names(list(raw))
+    names = canonical_split_names(list(raw))
     first = next(iter(raw.values()))
     columns, features = first.column_names, first.features
     where = f"dataset with columns {columns}"

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import _canonical_split_names, load_parallel_corpus
+from .command_line import write_lines
+from .data import canonical_split_names, load_parallel_corpus
 from .metrics import load_metric
 from .tokenization import read_lines
-from .translation import load_translation_model, translate, write_lines
+from .translation import load_translation_model, translate
 
 HYPOTHESES_FILE, RESULTS_FILE = "hypotheses.txt", "results.json"
 
@@ -167,7 +168,7 @@ def read_test_set_split(
     resolved = split
     files = list(Path(data_dir).iterdir()) if Path(data_dir).is_dir() else []
     if split not in corpus and any(path.name.startswith(f"{split}.") for path in files):
-        resolved = _canonical_split_names([split])[split]  # the name the loader gave that file's split
+        resolved = canonical_split_names([split])[split]  # the name the loader gave that file's split
     if resolved not in corpus:
         raise ValueError(f"--split {split!r} not found in {data_dir}; it has {list(corpus)}")
     pairs = corpus[resolved][:]

@@ -97,14 +97,14 @@ class SinusoidalPositionalEncoding(nn.Module):
             persistent=False,
         )
 
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        if position_ids.numel() and int(position_ids.max()) >= self.encoding.shape[0]:
+    def forward(self, start: int, end: int) -> torch.Tensor:
+        """The encodings of positions start, ..., end - 1: a slice of the table (no gather, no device sync)."""
+        if end > self.encoding.shape[0]:
             raise ValueError(
-                f"Sequence position {int(position_ids.max())} is beyond `max_position_embeddings` "
-                f"({self.encoding.shape[0]}): truncate the input or build the model with a larger "
-                f"`max_position_embeddings`."
+                f"Sequence position {end - 1} is beyond `max_position_embeddings` ({self.encoding.shape[0]}): "
+                "truncate the input or build the model with a larger `max_position_embeddings`."
             )
-        return self.encoding[position_ids]
+        return self.encoding[start:end]
 
 
 class TransformerEmbeddings(nn.Module):
@@ -123,8 +123,8 @@ class TransformerEmbeddings(nn.Module):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds * self.embed_scale
-        position_ids = torch.arange(past_length, past_length + inputs_embeds.shape[1], device=inputs_embeds.device)
-        return self.dropout(inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype))
+        positions = self.embed_positions(past_length, past_length + inputs_embeds.shape[1])
+        return self.dropout(inputs_embeds + positions.to(inputs_embeds.dtype))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -595,18 +595,17 @@ def label_smoothed_loss(
     q is 0). Written in closed form so q is never materialised:
         KL = sum_v q_v log q_v - sum_v q_v log p_v.
     """
-    logits = logits.float().reshape(-1, logits.size(-1))
+    logits = logits.float().reshape(-1, logits.size(-1))  # no copy when already float32
     labels = labels.reshape(-1)
-    keep = labels != -100
     if pad_token_id is not None:
-        keep &= labels != pad_token_id
-    logits, labels = logits[keep], labels[keep]
+        labels = labels.masked_fill(labels == pad_token_id, -100)
+    keep = labels != -100  # weights, not a boolean gather: no copy of the logits, no device sync
     num_tokens = keep.sum()
     if epsilon == 0:
-        return F.cross_entropy(logits, labels, reduction="sum"), num_tokens
+        return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum"), num_tokens
     log_probs = F.log_softmax(logits, dim=-1)
     vocab_size = logits.size(-1)
-    gold = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    gold = log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     others = log_probs.sum(-1) - gold
     num_others = vocab_size - 1
     if pad_token_id is not None:
@@ -616,7 +615,7 @@ def label_smoothed_loss(
     # Constant entropy term sum_v q_v log q_v, so the loss is 0 when p == q (as nn.KLDivLoss reports it).
     entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(smooth)
     loss = entropy - (1 - epsilon) * gold - smooth * others
-    return loss.sum(), num_tokens
+    return (loss * keep).sum(), num_tokens
 
 
 class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTrainedModel, GenerationMixin):

@@ -7,16 +7,14 @@ cuts padding: with attention masks the result equals translating one sentence at
 
 `translate_with_ctranslate2` keeps the same contract for a CTranslate2 export (`scripts/export_ctranslate2.py`).
 
-Also here: the checks and argument types shared by `scripts/translate.py` and `scripts/evaluate.py`, which validate
-everything they can before loading a model.
+Also here: the model-folder and device checks that `scripts/translate.py` and `scripts/evaluate.py` run before they
+load a model.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -26,11 +24,12 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .batching import TokenBudgetBatchSampler
 from .tokenization import TARGET_TOKENIZER_SUBDIR
+from .weight_files import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 32  # sentences per batch when neither batch_size nor max_tokens is given
-WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")  # one file, or the index of shards
+WEIGHTS_FILES = (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # one file, or the index of shards
 TOKENIZER_FILE = "tokenizer.json"
 CTRANSLATE2_MODEL_FILE = "model.bin"
 ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through transformers, or its CTranslate2 export
@@ -281,73 +280,17 @@ def translate_with_ctranslate2(
     return [single_line(text) for text in translations]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Command-line helpers (scripts/translate.py, scripts/evaluate.py)
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line, `prog: error: message`, with exit status 2 (no usage block)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def positive_int(value: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
-    return number
-
-
-def check_output_file(path: Path, option: str = "--output") -> None:
-    """Raise ValueError unless `path` can be created as a file (its folder exists, it is not a folder)."""
-    if path.is_dir():
-        raise ValueError(f"{option} {path} is a directory; give a file path")
-    if not path.parent.is_dir():
-        raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
-
-
-def read_stdin_lines() -> list[str]:
-    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one."""
-    try:
-        text = sys.stdin.read()
-    except UnicodeDecodeError as error:
-        raise ValueError(f"standard input is not valid UTF-8 ({error.reason} at byte {error.start})") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
-    """One line per item to `path`, or to standard output when it is None."""
-    text = "".join(f"{line}\n" for line in lines)
-    if path is None:
-        sys.stdout.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-
-
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "ENGINES",
-    "OneLineErrorParser",
     "check_compute_type",
     "check_ctranslate2_folder",
     "check_model_folder",
-    "check_output_file",
     "encode_sources",
     "length_sorted_batches",
     "load_translation_model",
-    "positive_int",
-    "read_stdin_lines",
     "resolve_device",
     "single_line",
     "translate",
     "translate_with_ctranslate2",
-    "write_lines",
 ]

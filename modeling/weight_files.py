@@ -76,7 +76,8 @@ def safetensors_problem(path: Path) -> str | None:
     if not isinstance(header, dict):
         return "its header is not a JSON object: the file is corrupt or not safetensors"
     try:
-        data_end = max((entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"), default=0)
+        tensors = [entry for name, entry in header.items() if name != "__metadata__"]
+        data_end = max((entry["data_offsets"][1] for entry in tensors), default=0)
     except (TypeError, KeyError, IndexError):
         return "its header does not describe tensors: the file is corrupt or not safetensors"
     expected = 8 + header_size + data_end

@@ -8,13 +8,13 @@ The result loads like the training output: AutoModelForSeq2SeqLM.from_pretrained
 """
 
 import argparse
-import sys
 
 from modeling.checkpoints import average_checkpoints, last_checkpoints
+from modeling.command_line import OneLineErrorParser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", nargs="?", help="a training output_dir holding checkpoint-<step> folders")
     parser.add_argument("--last", type=int, default=None, help="average the N newest checkpoints of run_dir")
     parser.add_argument("--checkpoints", nargs="+", default=None, help="explicit checkpoint folders to average")
@@ -36,7 +36,7 @@ def main(argv=None) -> None:
             checkpoints = last_checkpoints(args.run_dir, args.last)
         output_dir = average_checkpoints(checkpoints, args.output_dir)
     except (FileNotFoundError, ValueError) as error:
-        sys.exit(f"average_checkpoints.py: error: {error}")
+        parser.error(str(error))
     print(f"Averaged {len(checkpoints)} checkpoints into {output_dir}:")
     for checkpoint in checkpoints:
         print(f"  {checkpoint}")

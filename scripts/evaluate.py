@@ -20,10 +20,15 @@ from pathlib import Path
 
 import transformers
 
+from modeling.command_line import OneLineErrorParser, positive_int
 from modeling.evaluation import (
-    default_output_dir, evaluate_model, read_test_set_files, read_test_set_split, summary_line,
+    default_output_dir,
+    evaluate_model,
+    read_test_set_files,
+    read_test_set_split,
+    summary_line,
 )
-from modeling.translation import OneLineErrorParser, check_model_folder, positive_int, resolve_device
+from modeling.translation import check_model_folder, resolve_device
 
 
 def build_parser() -> OneLineErrorParser:

@@ -9,11 +9,12 @@ Needs `pip install ctranslate2` (or the `ctranslate2` extra). Translate with the
 
 import argparse
 
+from modeling.command_line import OneLineErrorParser
 from modeling.ctranslate2_export import export_ctranslate2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py)")
     parser.add_argument("output_dir", help="the CTranslate2 model folder to write")
     parser.add_argument(
@@ -31,7 +32,7 @@ def main(argv=None) -> None:
     try:
         output_dir = export_ctranslate2(args.model, args.output_dir, quantization=args.quantization, force=args.force)
     except (ImportError, OSError, ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {str(error).splitlines()[0]}\n")
+        parser.error(str(error).splitlines()[0])
     print(output_dir)
 
 

@@ -11,10 +11,11 @@ Without --target the decoder side is the model's greedy translation. Needs matpl
 import argparse
 
 from modeling.attention_plots import ATTENTION_KINDS, plot_attention
+from modeling.command_line import OneLineErrorParser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py)")
     parser.add_argument("source", help="the source sentence")
     parser.add_argument("--target", default=None, help="the target sentence (default: the greedy translation)")
@@ -38,7 +39,7 @@ def main(argv=None) -> None:
             heads=args.heads, max_new_tokens=args.max_new_tokens,
         )
     except (ImportError, OSError, ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {str(error).splitlines()[0]}\n")
+        parser.error(str(error).splitlines()[0])
     print("\n".join(map(str, paths)))
 
 

@@ -18,11 +18,15 @@ from pathlib import Path
 import datasets
 
 from modeling.arguments import check_output_dir
+from modeling.command_line import OneLineErrorParser, positive_int
 from modeling.data import load_parallel_corpus
 from modeling.tokenization import (
-    check_vocab_size, dataset_texts, save_tokenizers, train_tokenizer, train_translation_tokenizers,
+    check_vocab_size,
+    dataset_texts,
+    save_tokenizers,
+    train_tokenizer,
+    train_translation_tokenizers,
 )
-from modeling.translation import OneLineErrorParser, positive_int
 
 
 def build_parser() -> OneLineErrorParser:

@@ -20,11 +20,17 @@ from pathlib import Path
 
 import transformers
 
+from modeling.command_line import OneLineErrorParser, check_output_file, positive_int, read_stdin_lines, write_lines
 from modeling.tokenization import read_lines
 from modeling.translation import (
-    ENGINES, OneLineErrorParser, check_compute_type, check_ctranslate2_folder, check_model_folder, check_output_file,
-    load_translation_model, positive_int, read_stdin_lines, resolve_device, translate, translate_with_ctranslate2,
-    write_lines,
+    ENGINES,
+    check_compute_type,
+    check_ctranslate2_folder,
+    check_model_folder,
+    load_translation_model,
+    resolve_device,
+    translate,
+    translate_with_ctranslate2,
 )
 
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import measure
+from modeling.benchmarking import measure, run
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import synthetic_lengths, training_batch
 from modeling.benchmarking.models import (
@@ -25,7 +25,6 @@ from modeling.benchmarking.models import (
     marian_parameter_name,
 )
 from modeling.benchmarking.report import format_table, write_results
-from modeling.benchmarking import run
 from modeling.benchmarking.run import run_benchmark
 from modeling.benchmarking.settings import build_parser, settings_from_arguments
 from modeling.benchmarking.training_speed import TrainingFlops, forward_backward

@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from model_helpers import VOCAB, tiny_model
+
 from modeling.tokenization import train_tokenizer
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,8 +1,7 @@
 import pytest
 import torch
-from transformers.cache_utils import EncoderDecoderCache
-
 from model_helpers import VOCAB, padded_batch, tiny_model
+from transformers.cache_utils import EncoderDecoderCache
 
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])

@@ -2,9 +2,9 @@ import math
 
 import pytest
 import torch
+from model_helpers import VOCAB, padded_batch, tiny_config, tiny_model
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
-from model_helpers import VOCAB, padded_batch, tiny_config, tiny_model
 from modeling import AnnotatedTransformerModel
 from modeling.modeling_annotated_transformer import (
     SublayerConnection,

@@ -9,15 +9,15 @@ import textwrap
 
 import pytest
 import torch
+from model_helpers import tiny_model
+from test_translate import SOURCES, save_copy_model
 from transformers import pipeline
 from transformers.dynamic_module_utils import get_imports
 
 import modeling.pipeline_annotated_transformer as pipeline_module
-from model_helpers import tiny_model
 from modeling import AnnotatedTransformerTranslationPipeline
 from modeling.tokenization import TARGET_TOKENIZER_SUBDIR, save_tokenizers, train_tokenizer
 from modeling.translation import load_translation_model
-from test_translate import SOURCES, save_copy_model
 
 GENERATION = {"num_beams": 2, "max_new_tokens": 6}  # max_new_tokens < the source lengths, so it shows
 

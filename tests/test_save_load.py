@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 import torch
+from model_helpers import VOCAB, padded_batch, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from model_helpers import VOCAB, padded_batch, tiny_model
 from modeling import AnnotatedTransformerForConditionalGeneration, AnnotatedTransformerModel
 
 

@@ -22,10 +22,10 @@ from huggingface_hub import ModelCard
 from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
 from safetensors.torch import load_file
 
+from modeling.arguments import ConfigurationError, parse_arguments
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.schedule import noam_learning_rate
-from modeling.arguments import ConfigurationError, parse_arguments
 from modeling.training import cpu_threads_per_process, setup_training, train
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"

@@ -1,0 +1,58 @@
+"""What every command-line script shares: one-line errors with exit status 2, argument types, and line I/O."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, `prog: error: message`, with exit status 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(value: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
+def check_output_file(path: Path, option: str = "--output") -> None:
+    """Raise ValueError unless `path` can be created as a file (its folder exists, it is not a folder)."""
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; give a file path")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
+
+
+def read_stdin_lines() -> list[str]:
+    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one."""
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"standard input is not valid UTF-8 ({error.reason} at byte {error.start})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
+    """One line per item to `path`, or to standard output when it is None."""
+    text = "".join(f"{line}\n" for line in lines)
+    if path is None:
+        sys.stdout.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+__all__ = ["OneLineErrorParser", "check_output_file", "positive_int", "read_stdin_lines", "write_lines"]
