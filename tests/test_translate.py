@@ -230,7 +230,7 @@ BAD_ARGUMENTS = {
                                     "--max_tokens is not supported with --engine ctranslate2: cap sentences per batch"),
     "ctranslate2 on a PyTorch folder": (["1 2", "--engine", "ctranslate2"],
                                         r"holds a PyTorch model, not a CTranslate2 one \(model\.bin\): "
-                                        r"export it with scripts/export_ctranslate2\.py .*model0 OUTPUT_DIR"),
+                                        r"export it with scripts/export_ctranslate2\.py .*model\d* OUTPUT_DIR"),
 }
 BROKEN_FOLDERS = {"no weights": "model.safetensors", "no tokenizer": "tokenizer.json", "no config": "config.json"}
 
