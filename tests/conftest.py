@@ -17,6 +17,17 @@ class TrainedTokenizer(NamedTuple):
     seconds: float
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and leave the other cores to whatever else runs."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     if not (MULTI30K_DIR / "train.de.gz").is_file():

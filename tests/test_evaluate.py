@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from test_translate import random_digits, save_copy_model
 
 from modeling.evaluation import build_compute_metrics, corpus_scores
@@ -23,12 +22,7 @@ EVALUATE_SCRIPT = REPO_ROOT / "scripts" / "evaluate.py"
 TEST_SIZE = 12
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread is fastest (conftest)
 
 
 @pytest.fixture(scope="module")

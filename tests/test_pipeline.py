@@ -22,12 +22,7 @@ from modeling.translation import load_translation_model
 GENERATION = {"num_beams": 2, "max_new_tokens": 6}  # max_new_tokens < the source lengths, so it shows
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread is fastest (conftest)
 
 
 @pytest.fixture(scope="module")

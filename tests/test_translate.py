@@ -59,13 +59,7 @@ def save_copy_model(directory: Path, steps: int = 200, seed: int = 0) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread, and leave the other cores to whatever else runs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread is fastest (conftest)
 
 
 @pytest.fixture(scope="module")
