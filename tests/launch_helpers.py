@@ -14,6 +14,19 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PA
 # The scripts import `modeling` from this checkout, wherever the editable install of the package points.
 SCRIPT_ENV = {**OFFLINE_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.getenv("PYTHONPATH")]))}
 
+# Prepended to a script run with `python -c`: importing this project's package fails, so the script proves that a
+# saved folder works where the package is not installed (its code travels in the folder).
+WITHOUT_THIS_PACKAGE = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    class BlockOurPackage(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "modeling" or name.startswith("modeling."):
+                raise ModuleNotFoundError(name)
+    sys.meta_path.insert(0, BlockOurPackage())
+    """
+)
+
 # Enough for a few optimizer steps and evaluations of a tiny model in seconds.
 QUICK = [
     "--max_train_samples", "200", "--max_tokens", "256", "--warmup_steps", "4", "--logging_steps", "1",

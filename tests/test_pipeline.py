@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from launch_helpers import WITHOUT_THIS_PACKAGE
 from model_helpers import tiny_model
 from test_translate import SOURCES, save_copy_model
 from transformers import pipeline
@@ -53,14 +54,9 @@ def test_saved_folder_carries_the_pipeline_file_and_config_entry(model_dir):
     assert pipeline_module.TARGET_TOKENIZER_SUBDIR == TARGET_TOKENIZER_SUBDIR
 
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = WITHOUT_THIS_PACKAGE + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockOurPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "modeling" or name.startswith("modeling."):
-                raise ModuleNotFoundError(name)
-    sys.meta_path.insert(0, BlockOurPackage())
+    import json, sys
     import torch
     from transformers import pipeline
     torch.set_num_threads(1)

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 import torch
+from launch_helpers import WITHOUT_THIS_PACKAGE
 from model_helpers import VOCAB, padded_batch, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -47,14 +48,9 @@ def test_save_and_load_round_trip(tmp_path, tie):
     assert AutoConfig.from_pretrained(tmp_path).to_dict()["d_model"] == 32
 
 
-FRESH_PROCESS = textwrap.dedent(
+FRESH_PROCESS = WITHOUT_THIS_PACKAGE + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockOurPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "modeling" or name.startswith("modeling."):
-                raise ModuleNotFoundError(name)
-    sys.meta_path.insert(0, BlockOurPackage())
+    import json, sys
     import torch
     from transformers import AutoModelForSeq2SeqLM
     model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
