@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -13,6 +14,12 @@ TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 # The scripts import `modeling` from this checkout, wherever the editable install of the package points.
 SCRIPT_ENV = {**OFFLINE_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.getenv("PYTHONPATH")]))}
+
+def assert_one_line_error(stderr: str, prog: str, pattern: str) -> None:
+    """A script's refusal: exactly one line, `prog: error: ...`, matching `pattern`."""
+    assert stderr.startswith(f"{prog}: error: ") and stderr.count("\n") == 1, stderr
+    assert re.search(pattern, stderr), stderr
+
 
 # Prepended to a script run with `python -c`: importing this project's package fails, so the script proves that a
 # saved folder works where the package is not installed (its code travels in the folder).

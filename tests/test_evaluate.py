@@ -5,13 +5,13 @@ import gzip
 import json
 import os
 import random
-import re
 import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launch_helpers import assert_one_line_error
 from test_translate import random_digits, save_copy_model
 
 from modeling.evaluation import build_compute_metrics, corpus_scores
@@ -170,8 +170,7 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
         run_script(monkeypatch, model_dir, *argv)
     assert exit_info.value.code == 2
     stderr = capsys.readouterr().err
-    assert stderr.startswith("evaluate.py: error: ") and stderr.count("\n") == 1, stderr
-    assert re.search(message, stderr), stderr
+    assert_one_line_error(stderr, "evaluate.py", message)
     assert sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*")) == before  # nothing written
 
 

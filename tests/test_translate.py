@@ -5,7 +5,6 @@ import io
 import logging
 import os
 import random
-import re
 import runpy
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from launch_helpers import assert_one_line_error
 
 import modeling.ctranslate2_export  # noqa: F401  (bound to `modeling.translation` before tests patch it)
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
@@ -252,8 +252,7 @@ def test_bad_arguments_fail_in_one_line_with_status_2_before_loading_and_write_n
         run_script(monkeypatch, folder, *argv)
     assert exit_info.value.code == 2
     stderr = capsys.readouterr().err
-    assert stderr.startswith("translate.py: error: ") and stderr.count("\n") == 1, stderr
-    assert re.search(message, stderr), stderr
+    assert_one_line_error(stderr, "translate.py", message)
     assert sorted(tmp_path.rglob("*")) == before  # nothing written
 
 
@@ -341,7 +340,7 @@ def fail_in_one_line(monkeypatch, capsys, *argv) -> str:
         run_script(monkeypatch, *argv)
     assert exit_info.value.code == 2
     stderr = capsys.readouterr().err
-    assert stderr.startswith("translate.py: error: ") and stderr.count("\n") == 1, stderr
+    assert_one_line_error(stderr, "translate.py", "")
     return stderr
 
 
