@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
 from modeling.benchmarking import measure, run
+from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import synthetic_lengths, training_batch
 from modeling.benchmarking.models import (
@@ -28,6 +29,7 @@ from modeling.benchmarking.report import format_table, write_results
 from modeling.benchmarking.run import run_benchmark
 from modeling.benchmarking.settings import build_parser, settings_from_arguments
 from modeling.benchmarking.training_speed import TrainingFlops, forward_backward
+from modeling.tokenization import SPECIAL_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 300
@@ -264,3 +266,40 @@ def test_command_line_run_with_fresh_processes_and_first_step(tmp_path):
     first_step = results["data"]["first_step"]
     assert 0 < first_step["setup_seconds"] < first_step["first_step_seconds"]
     assert "ours/marian" in result.stdout
+
+
+def test_synthetic_vocabulary_round_trips_ids_and_keeps_the_special_tokens():
+    vocabulary = SyntheticVocabulary(VOCAB)
+    assert len(vocabulary) == VOCAB and vocabulary.convert_ids_to_tokens([0, 1, 2, 3]) == list(SPECIAL_TOKENS)
+    ids = list(range(VOCAB))
+    assert vocabulary.convert_tokens_to_ids(vocabulary.convert_ids_to_tokens(ids)) == ids
+    assert vocabulary.convert_tokens_to_ids(vocabulary.unk_token) == 3 and vocabulary.bos_token == "<s>"
+
+
+def test_ctranslate2_rows_compare_each_compute_type_with_pytorch(tmp_path):
+    pytest.importorskip("ctranslate2")
+    arguments = tiny_arguments(tmp_path, "--only", "ctranslate2", "--max_new_tokens", "6")
+    results = run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+    assert "errors" not in results and results["environment"]["ctranslate2"]
+    tiny = results["ctranslate2"]["tiny"]
+    assert tiny["compute_types"] == ["float32", "int8"]
+    for setting in ("greedy_batch3", "beam2_batch3"):
+        compared = tiny[setting]
+        assert set(compared["ratio"]) == {"ctranslate2_float32", "ctranslate2_int8"}
+        for engine, ratio in compared["ratio"].items():
+            assert compared[engine]["tokens_per_s"] > 0
+            assert ratio == pytest.approx(compared[engine]["tokens_per_s"] / compared["pytorch"]["tokens_per_s"])
+        # float32 computes PyTorch's function: the same tokens, so the same count.
+        assert compared["ctranslate2_float32"]["same_output"] is True, setting
+        assert compared["ctranslate2_float32"]["generated_tokens"] == compared["pytorch"]["generated_tokens"]
+    table = format_table(results)
+    assert "ctranslate2/pytorch" in table and "int8, beam 2, batch 3, 6 new" in table
+
+
+def test_the_ctranslate2_section_is_skipped_with_a_reason_where_it_is_not_installed(tmp_path, monkeypatch):
+    find_spec = run.importlib.util.find_spec
+    monkeypatch.setattr(run.importlib.util, "find_spec", lambda name: None if name == "ctranslate2" else find_spec(name))
+    arguments = tiny_arguments(tmp_path, "--only", "ctranslate2")
+    results = run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+    assert results["ctranslate2"] == {"skipped": run.CTRANSLATE2_MISSING} and "errors" not in results
+    assert "ctranslate2: skipped, ctranslate2 is not installed" in format_table(results)

@@ -1,4 +1,4 @@
-"""Figures side by side: ratios ours/Marian, the printed table and the JSON file."""
+"""Figures side by side: ratios ours/Marian (and CTranslate2/ours), the printed table and the JSON file."""
 
 from __future__ import annotations
 
@@ -92,10 +92,38 @@ def format_table(results: dict) -> str:
         if first_step is not None:
             rows.append(("data", "", "launch to setup done / first step s",
                          f"{first_step['setup_seconds']:,.1f} / {first_step['first_step_seconds']:,.1f}", "", ""))
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        cells = [cell.ljust(width) if column < 3 else cell.rjust(width)
-                 for column, (cell, width) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
+    lines.extend(_aligned(rows))
+    lines.extend(_ctranslate2_table(results.get("ctranslate2")))
     lines.extend(f"FAILED {part}: {error}" for part, error in results.get("errors", {}).items())
     return "\n".join(lines)
+
+
+def _ctranslate2_table(sizes: dict | None) -> list[str]:
+    """The CTranslate2 rows: each compute type against our PyTorch generate() (not against Marian)."""
+    if not sizes:
+        return []
+    if "skipped" in sizes:
+        return ["", f"ctranslate2: skipped, {sizes['skipped']}"]
+    rows = [("section", "size", "figure", "ctranslate2", "pytorch", "ctranslate2/pytorch")]
+    for size, settings in sizes.items():
+        for name, generated in settings.items():
+            if name == "compute_types":
+                continue
+            search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
+            for engine, ratio in generated["ratio"].items():
+                compute_type = engine.removeprefix("ctranslate2_")
+                label = f"{compute_type}, {search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: "
+                label += "tokens/s (best)" + ("" if generated[engine]["same_output"] else " (outputs differ)")
+                show = lambda m: f"{m['tokens_per_s']:,.0f} ({m['tokens_per_s_best']:,.0f})"
+                rows.append(("ctranslate2", size, label, show(generated[engine]), show(generated["pytorch"]),
+                             _ratio(ratio)))
+    return ["", *_aligned(rows)]
+
+
+def _aligned(rows) -> list[str]:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) if column < 3 else cell.rjust(width)
+                  for column, (cell, width) in enumerate(zip(row, widths))).rstrip()
+        for row in rows
+    ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import subprocess
@@ -14,12 +16,15 @@ import datasets
 import torch
 import transformers
 
+from .ctranslate2_speed import benchmark_ctranslate2
 from .data_speed import benchmark_data
 from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
 from .measure import MemoryWatch, device_name, matmul_peak
 from .settings import BenchmarkSettings
 from .training_speed import benchmark_training
+
+CTRANSLATE2_MISSING = "ctranslate2 is not installed (pip install -e '.[ctranslate2]')"
 
 
 def _git_commit() -> str | None:
@@ -29,6 +34,13 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def environment(settings: BenchmarkSettings) -> dict:
@@ -45,6 +57,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "memory_method": MemoryWatch(device).method,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "ctranslate2": _version("ctranslate2"),
         "cuda": torch.version.cuda if settings.device == "cuda" else None,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -77,7 +90,12 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
     per_size = {
         "train": lambda size: benchmark_training(size, settings, lengths, peak),
         "generate": lambda size: benchmark_generation(size, settings, lengths),
+        "ctranslate2": lambda size: benchmark_ctranslate2(size, settings, lengths),
     }
+    if "ctranslate2" in settings.sections and importlib.util.find_spec("ctranslate2") is None:
+        results["ctranslate2"] = {"skipped": CTRANSLATE2_MISSING}
+        log(f"ctranslate2: skipped, {CTRANSLATE2_MISSING}")
+        per_size.pop("ctranslate2")
     for section, benchmark in per_size.items():
         if section in settings.sections:
             results[section] = {}

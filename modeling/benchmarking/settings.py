@@ -11,7 +11,7 @@ import torch
 from .measure import DTYPES
 from .models import SIZES
 
-SECTIONS = ("train", "generate", "data")
+SECTIONS = ("train", "generate", "ctranslate2", "data")
 DEVICES = ("cpu", "cuda")
 DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
 WMT14_PAIRS = 4_500_000
