@@ -168,7 +168,9 @@ def test_batches_are_padded_like_the_collator():
 
 
 def test_settings_defaults_quick_and_errors():
-    parse = lambda *argv: settings_from_arguments(build_parser().parse_args(["--device", "cpu", *argv]))
+    def parse(*argv):
+        return settings_from_arguments(build_parser().parse_args(["--device", "cpu", *argv]))
+
     full, quick = parse(), parse("--quick")
     assert (full.sizes, full.max_tokens, full.data_pairs, full.dtype) == (["small", "base"], 2048, 4_500_000, "fp32")
     assert quick.sizes == ["small"] and quick.steps < full.steps and quick.data_pairs < full.data_pairs
@@ -298,7 +300,8 @@ def test_ctranslate2_rows_compare_each_compute_type_with_pytorch(tmp_path):
 
 def test_the_ctranslate2_section_is_skipped_with_a_reason_where_it_is_not_installed(tmp_path, monkeypatch):
     find_spec = run.importlib.util.find_spec
-    monkeypatch.setattr(run.importlib.util, "find_spec", lambda name: None if name == "ctranslate2" else find_spec(name))
+    monkeypatch.setattr(run.importlib.util, "find_spec",
+                        lambda name: None if name == "ctranslate2" else find_spec(name))
     arguments = tiny_arguments(tmp_path, "--only", "ctranslate2")
     results = run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
     assert results["ctranslate2"] == {"skipped": run.CTRANSLATE2_MISSING} and "errors" not in results

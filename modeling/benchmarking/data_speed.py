@@ -3,8 +3,9 @@
 A synthetic parallel corpus of N pairs (default 4.5M, WMT14's size) is written as `train.de` / `train.en` into a
 temporary folder: pseudo-words drawn from two 30,000-word Zipf lexicons, 12.5 +- 4.5 words per sentence (Multi30k
 has 12.4-13.0), target lengths correlated with the source; an 8000-token BPE makes about 21 tokens of a sentence
-(Multi30k: about 16), as the pseudo-words split more than real ones. A BPE tokenizer (`train_tokenizer`, `vocab_size`) is
-trained on the first 50,000 pairs (not part of the pipeline's time: training uses a given tokenizer here).
+(Multi30k: about 16), as the pseudo-words split more than real ones. A BPE tokenizer (`train_tokenizer`,
+`vocab_size`) is trained on the first 50,000 pairs (not part of the pipeline's time: training uses a given
+tokenizer here).
 
 - pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.setup_training` runs, each timed:
   load (`load_parallel_corpus` + the tokenizer), filter (`filter_pairs` with the tokenizer and `max_length`:

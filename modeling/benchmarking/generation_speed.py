@@ -7,10 +7,11 @@ Every run: the same right-padded source batch (lengths sampled from the pair len
 `use_cache=True` (each decoder step feeds only the newest token; the encoder-decoder attention's keys and values
 are computed once), no sampling, under the run's dtype.
 
-Figures are medians over the timed runs, and `_best` the fastest run. Generated tokens are counted per output sequence up to and including its first `</s>` (or all `max_new_tokens`
-when there is none): neither the decoder start token nor the padding after `</s>` counts. Beam search counts the
-returned best hypothesis per source, not every beam. Untrained weights rarely produce `</s>`, so most outputs run
-to `max_new_tokens`, and the rate is close to steps x batch size / time.
+Figures are medians over the timed runs, and `_best` the fastest run. Generated tokens are counted per output sequence
+up to and including its first `</s>` (or all `max_new_tokens` when there is none): neither the decoder start token nor
+the padding after `</s>` counts. Beam search counts the returned best hypothesis per source, not every beam. Untrained
+weights rarely produce `</s>`, so most outputs run to `max_new_tokens`, and the rate is close to steps x batch size /
+time.
 """
 
 from __future__ import annotations

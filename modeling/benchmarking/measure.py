@@ -104,8 +104,8 @@ def peak_rss_bytes() -> int:
 class MemoryWatch:
     """Peak memory from `start()` to `read()`: on CUDA `torch.cuda.max_memory_allocated` (the caching allocator's
     live tensors), on a CPU the process's peak RSS (`peak_rss_bytes`), both reset at `start`. The benchmark uses it
-    in fresh processes (`run_in_fresh_process`), where no other model's allocations are cached. `read()` returns the peak and
-    the peak minus what was in use at `start()`."""
+    in fresh processes (`run_in_fresh_process`), where no other model's allocations are cached. `read()` returns the
+    peak and the peak minus what was in use at `start()`."""
 
     def __init__(self, device: torch.device):
         self.device = device

@@ -79,8 +79,7 @@ def format_table(results: dict) -> str:
             search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
             label = f"{search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: tokens/s (best)"
             label += "" if generated["same_output"] else " (outputs differ)"
-            _compared(rows, "generate", size, label, generated, "tokens_per_s",
-                      lambda m: f"{m['tokens_per_s']:,.0f} ({m['tokens_per_s_best']:,.0f})")
+            _compared(rows, "generate", size, label, generated, "tokens_per_s", _rate)
     data = results.get("data")
     if data:
         pipeline, stages = data["pipeline"], data["pipeline"]["stage_seconds"]
@@ -112,12 +111,16 @@ def _ctranslate2_table(sizes: dict | None) -> list[str]:
             search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
             for engine, ratio in generated["ratio"].items():
                 compute_type = engine.removeprefix("ctranslate2_")
-                label = f"{compute_type}, {search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: "
-                label += "tokens/s (best)" + ("" if generated[engine]["same_output"] else " (outputs differ)")
-                show = lambda m: f"{m['tokens_per_s']:,.0f} ({m['tokens_per_s_best']:,.0f})"
-                rows.append(("ctranslate2", size, label, show(generated[engine]), show(generated["pytorch"]),
+                label = (f"{compute_type}, {search}, batch {generated['batch_size']}, "
+                         f"{generated['max_new_tokens']} new: tokens/s (best)")
+                label += "" if generated[engine]["same_output"] else " (outputs differ)"
+                rows.append(("ctranslate2", size, label, _rate(generated[engine]), _rate(generated["pytorch"]),
                              _ratio(ratio)))
     return ["", *_aligned(rows)]
+
+
+def _rate(figures: dict) -> str:
+    return f"{figures['tokens_per_s']:,.0f} ({figures['tokens_per_s_best']:,.0f})"
 
 
 def _aligned(rows) -> list[str]:
