@@ -15,22 +15,29 @@
 Split names become `train`, `validation` (from val, valid, dev, ...) and `test` (also from the one `test*` split
 when there is exactly one, such as Multi30k's `test_2016_flickr`). Other splits keep their names.
 
-The loaders return the pairs exactly as stored. `filter_pairs` then removes empty and over-long pairs and reports
-how many it removed per split; nothing is dropped without a count.
+The loaders return the pairs exactly as stored. `prepare_pairs` then tokenizes them once and removes empty and
+over-long pairs (`filter_pairs` without keeping the tokens), and reports how many it removed per split; nothing is
+dropped without a count.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import logging
 import os
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, Features, Translation, Value, load_dataset, load_from_disk
+import numpy as np
+import pyarrow.compute as pc
+from datasets import Dataset, DatasetDict, Features, List, Translation, Value, load_dataset, load_from_disk
+from datasets.exceptions import DatasetGenerationError
 
+from .batching import token_lengths
 from .tokenization import read_lines
 
 logger = logging.getLogger(__name__)
@@ -162,6 +169,27 @@ def load_parallel_corpus(
 # Filtering and tokenization
 
 
+def prepare_pairs(
+    corpus: DatasetDict,
+    tokenizer,
+    *,
+    max_length: int | None = None,
+    target_tokenizer=None,
+    remove_empty: bool = True,
+    num_proc: int | None = None,
+) -> tuple[DatasetDict, DatasetDict, dict[str, dict[str, int]]]:
+    """Tokenize every pair once (`tokenize_pairs`), then remove empty pairs and pairs with a side longer than
+    `max_length` tokens (`</s>` included), as `filter_pairs` does, reading the lengths from the token columns.
+
+    Returns (the kept pairs as text, the kept pairs tokenized, the report of `filter_pairs`); row i of one is row i
+    of the other. Nothing is held as Python lists: a 4.5M-pair corpus stays in (memory-mapped) Arrow tables."""
+    _check_max_length(max_length)
+    tokenized = tokenize_pairs(corpus, tokenizer, target_tokenizer=target_tokenizer, num_proc=num_proc)
+    lengths = {split: token_lengths(dataset) for split, dataset in tokenized.items()}
+    keep, report = _keep(corpus, lengths, max_length, "tokens", remove_empty)
+    return _selected(corpus, keep), _selected(tokenized, keep), report
+
+
 def filter_pairs(
     corpus: DatasetDict,
     *,
@@ -173,59 +201,117 @@ def filter_pairs(
     """Remove empty pairs (either side blank) and pairs with a side longer than `max_length`.
 
     Length is in characters, or in tokens (`</s>` included) when a tokenizer is given (`target_tokenizer` for the
-    target side when the vocabularies are separate). Returns the filtered corpus and, per split,
-    {"total", "empty", "too_long", "kept"}; removals are also logged as warnings.
+    target side when the vocabularies are separate; `prepare_pairs` also keeps the tokens). Returns the filtered
+    corpus and, per split, {"total", "empty", "too_long", "kept"}; removals are also logged as warnings.
     """
-    if max_length is not None and max_length < 1:
-        raise ValueError(f"max_length={max_length} must be >= 1 (or None for no length limit)")
-    target_tokenizer = target_tokenizer or tokenizer
-    unit = "tokens" if tokenizer is not None else "characters"
-    filtered, report = {}, {}
-    for split, dataset in corpus.items():
-        columns = dataset[:]  # plain lists: iterating a `datasets` Column converts row by row, far slower
-        sources, targets = columns["source"], columns["target"]
-        if tokenizer is not None and max_length is not None:
-            source_lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
-            target_lengths = [len(ids) for ids in target_tokenizer(targets)["input_ids"]]
-        else:
-            source_lengths, target_lengths = map(len, sources), map(len, targets)
-        keep, empty, too_long = [], 0, 0
-        for index, (source, target, source_length, target_length) in enumerate(
-            zip(sources, targets, source_lengths, target_lengths)
-        ):
-            if remove_empty and (not source.strip() or not target.strip()):
-                empty += 1
-            elif max_length is not None and max(source_length, target_length) > max_length:
-                too_long += 1
-            else:
-                keep.append(index)
-        report[split] = {"total": len(dataset), "empty": empty, "too_long": too_long, "kept": len(keep)}
-        filtered[split] = dataset if len(keep) == len(dataset) else dataset.select(keep)
-        if empty or too_long:
-            limit = f" (longer than {max_length} {unit})" if max_length is not None else ""
-            logger.warning(
-                "%s: removed %d of %d pairs: %d empty, %d too long%s",
-                split, empty + too_long, len(dataset), empty, too_long, limit,
-            )
-    return DatasetDict(filtered), report
+    _check_max_length(max_length)
+    if tokenizer is not None and max_length is not None:
+        filtered, _, report = prepare_pairs(
+            corpus, tokenizer, max_length=max_length, target_tokenizer=target_tokenizer, remove_empty=remove_empty
+        )
+        return filtered, report
+    lengths = None if max_length is None else {
+        split: _column_values(dataset, pc.utf8_length) for split, dataset in corpus.items()
+    }
+    keep, report = _keep(corpus, lengths, max_length, "characters", remove_empty)
+    return _selected(corpus, keep), report
+
+
+TOKENIZED_FEATURES = Features({"input_ids": List(Value("int32")), "labels": List(Value("int32"))})
 
 
 def tokenize_pairs(
     corpus: DatasetDict, tokenizer, *, target_tokenizer=None, num_proc: int | None = None
 ) -> DatasetDict:
-    """Replace `source`/`target` with `input_ids`, `attention_mask` and `labels` (each ending in `</s>`).
+    """Replace `source`/`target` with the token ids `input_ids` and `labels` (each ending in `</s>`; int32).
 
-    No truncation and no padding: remove over-long pairs first with `filter_pairs`, and pad per batch in the
-    collator (`DataCollatorForSeq2Seq` pads labels with -100)."""
+    No truncation and no padding: remove over-long pairs first with `filter_pairs` (or use `prepare_pairs`), and
+    pad per batch in the collator (`DataCollatorForSeq2Seq` pads labels with -100 and makes the attention mask)."""
+    target_tokenizer = target_tokenizer or tokenizer
 
     def encode(batch):
-        if target_tokenizer is None:
-            return tokenizer(batch["source"], text_target=batch["target"])
-        encoded = tokenizer(batch["source"])
-        encoded["labels"] = target_tokenizer(batch["target"])["input_ids"]
-        return encoded
+        return {
+            "input_ids": tokenizer(batch["source"], return_attention_mask=False)["input_ids"],
+            "labels": target_tokenizer(batch["target"], return_attention_mask=False)["input_ids"],
+        }
 
-    return corpus.map(encode, batched=True, remove_columns=["source", "target"], num_proc=num_proc)
+    return DatasetDict({
+        split: dataset.map(
+            encode, batched=True, remove_columns=["source", "target"], features=TOKENIZED_FEATURES, num_proc=num_proc,
+            new_fingerprint=_tokens_fingerprint(dataset, tokenizer, target_tokenizer),
+        )
+        for split, dataset in corpus.items()
+    })
+
+
+def _tokens_fingerprint(dataset: Dataset, tokenizer, target_tokenizer) -> str | None:
+    """The cache key of a split's tokens: the split's fingerprint and what the tokenizers compute, i.e. their
+    serialized pipelines without the padding and truncation settings that calling a tokenizer may change (hashing
+    the tokenizer object itself is unstable across runs: huggingface/datasets#5985, #6179). None (let `datasets`
+    hash) for a tokenizer without a `tokenizers` backend."""
+    parts = ["tokenize_pairs v1", dataset._fingerprint]
+    for each in (tokenizer, target_tokenizer):
+        backend = getattr(each, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        state = json.loads(backend.to_str())
+        for setting in ("padding", "truncation"):
+            state.pop(setting, None)
+        parts.append(json.dumps(state, sort_keys=True))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _check_max_length(max_length: int | None) -> None:
+    if max_length is not None and max_length < 1:
+        raise ValueError(f"max_length={max_length} must be >= 1 (or None for no length limit)")
+
+
+def _keep(corpus: DatasetDict, lengths, max_length: int | None, unit: str, remove_empty: bool):
+    """Per split, the indices of the pairs to keep (None: all of them), and the report; removals are logged.
+    `lengths`: {split: (source lengths, target lengths)}, used with `max_length`."""
+    keep, report = {}, {}
+    for split, dataset in corpus.items():
+        empty = _blank(dataset) if remove_empty else np.zeros(len(dataset), dtype=bool)
+        too_long = np.zeros(len(dataset), dtype=bool)
+        if max_length is not None:
+            too_long = ~empty & (np.maximum(*lengths[split]) > max_length)
+        kept = np.flatnonzero(~(empty | too_long))
+        report[split] = {
+            "total": len(dataset), "empty": int(empty.sum()), "too_long": int(too_long.sum()), "kept": len(kept)
+        }
+        keep[split] = None if len(kept) == len(dataset) else kept
+        removed = len(dataset) - len(kept)
+        if removed:
+            limit = f" (longer than {max_length} {unit})" if max_length is not None else ""
+            logger.warning(
+                "%s: removed %d of %d pairs: %d empty, %d too long%s",
+                split, removed, len(dataset), report[split]["empty"], report[split]["too_long"], limit,
+            )
+    return keep, report
+
+
+def _selected(corpus: DatasetDict, keep) -> DatasetDict:
+    return DatasetDict(
+        {split: dataset if keep[split] is None else dataset.select(keep[split]) for split, dataset in corpus.items()}
+    )
+
+
+def _blank(dataset: Dataset) -> np.ndarray:
+    """Pairs with a side that is empty or only whitespace (Unicode's, as `str.strip`)."""
+    source, target = _column_values(dataset, lambda texts: pc.utf8_length(pc.utf8_trim_whitespace(texts)))
+    return (source == 0) | (target == 0)
+
+
+def _column_values(dataset: Dataset, function, batch_size: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
+    """`function` (a pyarrow compute function of a string array) over the `source` and `target` columns, in batches
+    so that no whole-column copy is made: (source values, target values)."""
+    values = {"source": [], "target": []}
+    for batch in dataset.select_columns(["source", "target"]).with_format("arrow").iter(batch_size=batch_size):
+        for column, parts in values.items():
+            parts.append(function(batch[column]).to_numpy(zero_copy_only=False))
+    return tuple(
+        np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in values.values()
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -331,18 +417,42 @@ def _load_text_pairs(directory: Path, found, source_lang, target_lang) -> Datase
                 raise ValueError(
                     f"split {split!r} in {directory} has no {split}.{lang} or {split}.{lang}.gz (found: {present})"
                 )
-        sources = list(read_lines(files[source_lang]))
-        targets = list(read_lines(files[target_lang]))
-        if len(sources) != len(targets):
-            raise ValueError(
-                f"line counts differ: {files[source_lang]} has {len(sources)} lines but {files[target_lang]} has "
-                f"{len(targets)}; line N of one must be the translation of line N of the other"
-            )
-        splits[canonical] = _pairs_dataset(sources, targets)
+        splits[canonical] = _text_pairs_dataset(files[source_lang], files[target_lang])
     skipped = sorted(set(found) - set(names))
     if skipped:
         logger.info("%s: skipped split(s) %s: no %s or %s file", directory, skipped, source_lang, target_lang)
     return _ordered(splits)
+
+
+def _text_pairs_dataset(source_path: Path, target_path: Path) -> Dataset:
+    """The two files' lines as pairs, streamed into an Arrow file in the `datasets` cache (memory-mapped: a 4.5M-pair
+    corpus is not held in memory). The cache is keyed by both files' paths, sizes and modification times, so a
+    second run on unchanged files reads it back instead of the text."""
+    files = {"source_path": str(source_path.resolve()), "target_path": str(target_path.resolve())}
+    # A string: `from_generator` would split a list-valued argument into shards, one generator run each.
+    stamps = " ".join(f"{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in (source_path, target_path))
+    try:
+        return Dataset.from_generator(
+            _line_pairs, features=PAIR_FEATURES, gen_kwargs={**files, "stamps": stamps}
+        )
+    except DatasetGenerationError as error:  # a line-count mismatch or bad UTF-8: our message, not the wrapper's
+        raise (error.__cause__ if isinstance(error.__cause__, ValueError) else error) from None
+
+
+def _line_pairs(source_path: str, target_path: str, stamps) -> Iterator[dict[str, str]]:
+    """Rows {"source", "target"} from line-aligned files; unequal line counts are an error naming both files.
+    (`stamps` only keys the cache.)"""
+    sources, targets = read_lines(source_path), read_lines(target_path)
+    count = 0
+    for count, (source, target) in enumerate(itertools.zip_longest(sources, targets), start=1):
+        if source is None or target is None:
+            longer = count + sum(1 for _ in (sources if target is None else targets))
+            source_count, target_count = (longer, count - 1) if target is None else (count - 1, longer)
+            raise ValueError(
+                f"line counts differ: {source_path} has {source_count} lines but {target_path} has {target_count}; "
+                "line N of one must be the translation of line N of the other"
+            )
+        yield {"source": source, "target": target}
 
 
 # TSV and JSONL ---------------------------------------------------------------------------------------------------

@@ -474,20 +474,25 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length)
 
         batch_size, seq_length = hidden_states.shape[:2]
-        if attention_mask is None:
-            attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
         check_attention_mask(attention_mask, (batch_size, past_length + seq_length), "decoder_attention_mask")
         if encoder_hidden_states is not None:
             check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
-        self_attn_cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
-        causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
-            past_key_values=self_attn_cache,
-        )
+        if attention_mask is None and seq_length == 1:
+            # A decoding step: the one new position may attend to itself and to every earlier one, so nothing is
+            # masked, and no mask is built (and checked on the host) at every generated token.
+            causal_mask = None
+        else:
+            if attention_mask is None:
+                attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
+            self_attn_cache = (
+                past_key_values.self_attention_cache
+                if isinstance(past_key_values, EncoderDecoderCache)
+                else past_key_values
+            )
+            causal_mask = create_causal_mask(
+                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
+                past_key_values=self_attn_cache,
+            )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,

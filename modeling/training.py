@@ -33,7 +33,7 @@ from .arguments import (
     validate_arguments,
 )
 from .checkpoints import checkpoint_problem, list_checkpoints
-from .data import filter_pairs, load_parallel_corpus, tokenize_pairs
+from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
 from .model_card import model_card_context, write_model_card
@@ -252,14 +252,13 @@ def setup_training(
                 f"--resume_from_checkpoint {checkpoint} holds separate source/target tokenizers, which "
                 "scripts/train.py does not support"
             )
-        corpus, filter_report = filter_pairs(corpus, max_length=data_args.max_length, tokenizer=tokenizer)
+        corpus, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length)
         for split in corpus:
             if len(corpus[split]) == 0:
                 raise ConfigurationError(
                     f"--max_length {data_args.max_length}: no {split} pairs are left after filtering "
                     f"({filter_report[split]}); raise --max_length"
                 )
-        tokenized = tokenize_pairs(corpus, tokenizer)
         if training_args.max_tokens is not None:
             check_token_budget(tokenized["train"], training_args)
         if first:  # every check passed: now the run may write

@@ -222,8 +222,9 @@ def check_results(results, fresh_processes=True):
                 assert compared["ratio"][key] is None, (path, key)
     assert train["model"]["ratio"] == {"trainable_parameters": 1.0, "flops_per_step": 1.0}
     pipeline = results["data"]["pipeline"]
-    assert set(pipeline["stage_seconds"]) == {"load", "filter", "tokenize", "index"}
+    assert set(pipeline["stage_seconds"]) == {"load", "prepare", "index"}
     assert pipeline["peak_rss_bytes"] > 0 and pipeline["batches"] > 0
+    assert results["data"]["pipeline_cached"]["batches"] == pipeline["batches"]
     environment = results["environment"]
     for key in ("device", "device_name", "torch", "transformers", "threads", "date", "cpu"):
         assert environment[key], key
@@ -265,8 +266,9 @@ def test_command_line_run_with_fresh_processes_and_first_step(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     check_results(results)
-    first_step = results["data"]["first_step"]
-    assert 0 < first_step["setup_seconds"] < first_step["first_step_seconds"]
+    for key in ("first_step", "first_step_cached"):
+        first_step = results["data"][key]
+        assert 0 < first_step["setup_seconds"] < first_step["first_step_seconds"]
     assert "ours/marian" in result.stdout
 
 

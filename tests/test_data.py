@@ -4,10 +4,12 @@ import gzip
 import json
 import logging
 
+import datasets
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation, Value
+from transformers import AutoTokenizer
 
-from modeling.data import filter_pairs, load_parallel_corpus, synthetic_task_dataset, tokenize_pairs
+from modeling.data import filter_pairs, load_parallel_corpus, prepare_pairs, synthetic_task_dataset, tokenize_pairs
 from modeling.tokenization import read_lines, train_tokenizer
 
 PAIRS = [("Ein Hund.", "A dog."), ("  Zwei Katzen ", "Two cats"), ("Tab\tinside", "x"), ("Ümlaut ☃", "snowman ☃")]
@@ -233,7 +235,8 @@ def test_filter_pairs_by_tokens_and_tokenize_pairs():
     lengths = [len(ids) for ids in tokenizer(corpus["train"]["source"][:])["input_ids"]]
     assert report["train"]["too_long"] == sum(length > 8 for length in lengths) > 0
     tokenized = tokenize_pairs(filtered, tokenizer)
-    assert tokenized["train"].column_names == ["input_ids", "attention_mask", "labels"]
+    assert tokenized["train"].column_names == ["input_ids", "labels"]  # the collator makes the attention mask
+    assert {feature.feature.dtype for feature in tokenized["train"].features.values()} == {"int32"}
     assert max(len(ids) for ids in tokenized["train"]["input_ids"]) <= 8
     decoded = tokenizer.batch_decode(tokenized["train"]["labels"][:], skip_special_tokens=True)
     assert decoded == filtered["train"]["target"][:]
@@ -241,6 +244,55 @@ def test_filter_pairs_by_tokens_and_tokenize_pairs():
     assert separate["test"]["labels"][:] != tokenized["test"]["labels"][:]
 
 
+def test_prepare_pairs_tokenizes_once_and_filters_like_filter_pairs(caplog):
+    pairs = [("ein Hund", "a dog"), ("\u3000\t", "blank source (ideographic space)"), ("zwei", " \u2003"),
+             ("xq" * 20, "too long"), ("Katze", "cat")]
+    sources, targets = map(list, zip(*pairs))
+    corpus = DatasetDict({"train": Dataset.from_dict({"source": sources, "target": targets})})
+    tokenizer = train_tokenizer(["ein Hund", "a dog", "Katze", "cat"] * 5, vocab_size=300)
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        text, tokenized, report = prepare_pairs(corpus, tokenizer, max_length=10)
+    assert report == {"train": {"total": 5, "empty": 2, "too_long": 1, "kept": 2}}
+    assert "train: removed 3 of 5 pairs: 2 empty, 1 too long (longer than 10 tokens)" in caplog.text
+    assert as_pairs(text["train"]) == [("ein Hund", "a dog"), ("Katze", "cat")]
+    expected = tokenizer(["ein Hund", "Katze"], text_target=["a dog", "cat"])
+    assert tokenized["train"]["input_ids"][:] == expected["input_ids"]
+    assert tokenized["train"]["labels"][:] == expected["labels"]
+    assert filter_pairs(corpus, max_length=10, tokenizer=tokenizer)[1] == report
+    _, everything, kept_all = prepare_pairs(corpus, tokenizer, max_length=None, remove_empty=False)
+    assert kept_all["train"]["kept"] == len(everything["train"]) == 5
+
+
 def test_read_lines_is_what_the_loaders_use_for_text_files(tmp_path):
     write_lines(tmp_path / "x.gz", ["eins", "", " zwei "], compress=True)
     assert list(read_lines(tmp_path / "x.gz")) == ["eins", "", " zwei "]
+
+
+def test_text_files_and_their_tokens_are_cached_and_reused_while_nothing_changes(tmp_path, monkeypatch):
+    """A second run (fresh tokenizer object loaded from disk) reads the Arrow files the first one wrote; edited text
+    or another tokenizer is not served from the cache."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    write_lines(corpus_dir / "train.de", ["ein Hund", "eine Katze", "zwei Hunde"])
+    write_lines(corpus_dir / "train.en", ["a dog", "a cat", "two dogs"])
+    train_tokenizer(["ein Hund", "a dog", "eine Katze", "a cat"], vocab_size=270).save_pretrained(tmp_path / "tok")
+
+    def run(tokenizer_dir=tmp_path / "tok"):
+        corpus = load_parallel_corpus(corpus_dir, "de", "en")
+        _, tokenized, _ = prepare_pairs(corpus, AutoTokenizer.from_pretrained(tokenizer_dir), max_length=50)
+        return corpus["train"], tokenized["train"]
+
+    text, tokens = run()
+    assert text.cache_files and tokens.cache_files  # memory-mapped Arrow files, not Python lists
+    files = [entry["filename"] for entry in (*text.cache_files, *tokens.cache_files)]
+    again_text, again_tokens = run()
+    assert [entry["filename"] for entry in (*again_text.cache_files, *again_tokens.cache_files)] == files
+    assert again_tokens["labels"][:] == tokens["labels"][:]
+
+    train_tokenizer(["ganz anders", "quite different"], vocab_size=270).save_pretrained(tmp_path / "other")
+    _, other_tokens = run(tmp_path / "other")
+    assert other_tokens.cache_files[0]["filename"] != tokens.cache_files[0]["filename"]
+    write_lines(corpus_dir / "train.en", ["a dog", "a cat", "two cats"])
+    edited_text, _ = run()
+    assert edited_text["target"][2] == "two cats"

@@ -17,15 +17,14 @@ the weights, so its tokens may differ. Ratios are CTranslate2 / PyTorch.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 
 import torch
 
 from ..tokenization import SPECIAL_TOKENS, UNK_TOKEN
-from .generation_speed import generated_tokens, generation_setting_name
+from .generation_speed import generated_tokens, generation_setting_name, rate_figures, timed_in_turn
 from .lengths import PairLengths, source_batch, source_lengths_sample
-from .measure import autocast, interleaved, timed
+from .measure import autocast
 from .models import benchmark_config, build_model
 from .settings import BenchmarkSettings
 
@@ -121,22 +120,10 @@ def benchmark_ctranslate2(size: str, settings: BenchmarkSettings, lengths: PairL
                 )
                 return hypotheses, _ctranslate2_tokens(hypotheses, settings.max_new_tokens)
 
-            outputs = {name: generate(name)[0] for name in names}  # untimed first run
-            runs = {name: [] for name in names}
-            for repetition in range(settings.repetitions):
-                for name in interleaved(names, repetition):
-                    seconds, (_, tokens) = timed(lambda: generate(name), device)
-                    runs[name].append((seconds, tokens))
-            figures = {
-                name: {
-                    "tokens_per_s": statistics.median(tokens / seconds for seconds, tokens in name_runs),
-                    "tokens_per_s_best": max(tokens / seconds for seconds, tokens in name_runs),
-                    "generated_tokens": statistics.median(tokens for _, tokens in name_runs),
-                    "seconds": [seconds for seconds, _ in name_runs],
-                    **({} if name == PYTORCH else {"same_output": outputs[name] == outputs[PYTORCH]}),
-                }
-                for name, name_runs in runs.items()
-            }
+            outputs, runs = timed_in_turn(names, generate, lambda output: output[1], settings.repetitions, device)
+            figures = {name: rate_figures(name_runs) for name, name_runs in runs.items()}
+            for name in translators:
+                figures[name]["same_output"] = outputs[name][0] == outputs[PYTORCH][0]
             pytorch_rate = figures[PYTORCH]["tokens_per_s"]
             results[generation_setting_name(num_beams, batch_size)] = {
                 "num_beams": num_beams,

@@ -36,6 +36,28 @@ def generated_tokens(sequences: torch.Tensor, eos_token_id: int) -> int:
     return int(lengths.sum())
 
 
+def rate_figures(runs: list[tuple[float, int]]) -> dict:
+    """Median and best tokens/s, the median token count and every run's seconds, from (seconds, tokens) pairs."""
+    return {
+        "tokens_per_s": statistics.median(tokens / seconds for seconds, tokens in runs),
+        "tokens_per_s_best": max(tokens / seconds for seconds, tokens in runs),
+        "generated_tokens": statistics.median(tokens for _, tokens in runs),
+        "seconds": [seconds for seconds, _ in runs],
+    }
+
+
+def timed_in_turn(names: tuple[str, ...], run, count_tokens, repetitions: int, device) -> tuple[dict, dict]:
+    """One untimed `run(name)` per name (first shapes, lazy initialisation), then `repetitions` timed rounds in
+    alternating order: ({name: first output}, {name: [(seconds, count_tokens(output)), ...]})."""
+    outputs = {name: run(name) for name in names}
+    runs = {name: [] for name in names}
+    for repetition in range(repetitions):
+        for name in interleaved(names, repetition):
+            seconds, output = timed(lambda: run(name), device)
+            runs[name].append((seconds, count_tokens(output)))
+    return outputs, runs
+
+
 def generation_setting_name(num_beams: int, batch_size: int) -> str:
     return f"{'greedy' if num_beams == 1 else f'beam{num_beams}'}_batch{batch_size}"
 
@@ -60,21 +82,11 @@ def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLe
                         use_cache=True,
                     )
 
-            outputs = {name: generate(name) for name in MODEL_NAMES}  # untimed first run
-            runs = {name: [] for name in MODEL_NAMES}
-            for repetition in range(settings.repetitions):
-                for name in interleaved(MODEL_NAMES, repetition):
-                    seconds, sequences = timed(lambda: generate(name), device)
-                    runs[name].append((seconds, generated_tokens(sequences, config.eos_token_id)))
-            figures = {
-                name: {
-                    "tokens_per_s": statistics.median(tokens / seconds for seconds, tokens in name_runs),
-                    "tokens_per_s_best": max(tokens / seconds for seconds, tokens in name_runs),
-                    "generated_tokens": statistics.median(tokens for _, tokens in name_runs),
-                    "seconds": [seconds for seconds, _ in name_runs],
-                }
-                for name, name_runs in runs.items()
-            }
+            outputs, runs = timed_in_turn(
+                MODEL_NAMES, generate, lambda sequences: generated_tokens(sequences, config.eos_token_id),
+                settings.repetitions, device,
+            )
+            figures = {name: rate_figures(name_runs) for name, name_runs in runs.items()}
             same = outputs["ours"].shape == outputs["marian"].shape and torch.equal(outputs["ours"], outputs["marian"])
             results[generation_setting_name(num_beams, batch_size)] = {
                 "num_beams": num_beams,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..batching import TokenBudgetBatchSampler, pad_length, token_lengths
-from ..data import filter_pairs, load_parallel_corpus, tokenize_pairs
+from ..data import load_parallel_corpus, prepare_pairs
 from ..tokenization import EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
 
 MULTI30K_TRAIN_PAIRS = 29000
@@ -58,8 +58,8 @@ def corpus_lengths(
     """Token lengths of a corpus's training split, tokenized as `modeling.training` does it."""
     corpus = load_parallel_corpus(data_dir, source_lang, target_lang, splits=["train"])
     tokenizer = train_tokenizer(dataset_texts(corpus["train"]), vocab_size=vocab_size)
-    corpus, _ = filter_pairs(corpus, max_length=max_length, tokenizer=tokenizer)
-    source, target = token_lengths(tokenize_pairs(corpus, tokenizer)["train"])
+    _, tokenized, _ = prepare_pairs(corpus, tokenizer, max_length=max_length)
+    source, target = token_lengths(tokenized["train"])
     origin = f"{data_dir} train {source_lang}-{target_lang}, BPE {len(tokenizer)} tokens, max_length {max_length}"
     return PairLengths(source, target, origin)
 

@@ -87,10 +87,13 @@ def format_table(results: dict) -> str:
                      f"{pipeline['seconds']:,.1f} = " + " + ".join(f"{s:,.1f}" for s in stages.values()), "", ""))
         rows.append(("data", "", "pipeline peak RSS MiB (+ over the imports)",
                      f"{pipeline['peak_rss_bytes'] / MIB:,.0f} (+{pipeline['rss_delta_bytes'] / MIB:,.0f})", "", ""))
-        first_step = data["first_step"]
-        if first_step is not None:
-            rows.append(("data", "", "launch to setup done / first step s",
-                         f"{first_step['setup_seconds']:,.1f} / {first_step['first_step_seconds']:,.1f}", "", ""))
+        cached, cached_stages = data["pipeline_cached"], data["pipeline_cached"]["stage_seconds"]
+        rows.append(("data", "", "the same, again on the cache it left: s",
+                     f"{cached['seconds']:,.1f} = " + " + ".join(f"{s:,.1f}" for s in cached_stages.values()), "", ""))
+        for key, name in (("first_step", "launch"), ("first_step_cached", "second launch (cached)")):
+            if data.get(key) is not None:
+                rows.append(("data", "", f"{name} to setup done / first step s",
+                             f"{data[key]['setup_seconds']:,.1f} / {data[key]['first_step_seconds']:,.1f}", "", ""))
     lines.extend(_aligned(rows))
     lines.extend(_ctranslate2_table(results.get("ctranslate2")))
     lines.extend(f"FAILED {part}: {error}" for part, error in results.get("errors", {}).items())
