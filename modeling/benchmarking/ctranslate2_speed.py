@@ -109,7 +109,7 @@ def benchmark_ctranslate2(size: str, settings: BenchmarkSettings, lengths: PairL
                     with torch.inference_mode(), autocast(device, settings.dtype):
                         sequences = model.generate(
                             **sources, num_beams=num_beams, do_sample=False, max_new_tokens=settings.max_new_tokens,
-                            use_cache=True, early_stopping=True,
+                            use_cache=True, **({"early_stopping": True} if num_beams > 1 else {}),
                         )
                     return _pytorch_hypotheses(sequences.cpu(), config.eos_token_id), generated_tokens(
                         sequences, config.eos_token_id
