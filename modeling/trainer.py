@@ -7,6 +7,7 @@ resume, evaluation with `generate`, logging) is the Trainer's own. Its arguments
 
 from __future__ import annotations
 
+import copy
 import math
 from functools import partial
 
@@ -86,6 +87,16 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                 "--warmup_steps or train in fp32, then resume with --resume_from_checkpoint last"
             )
         return loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        """Seq2SeqTrainer's step, without its side effect on the model: it fills every unset generation setting
+        with a default (max_length 20, ...), which the next save would write, and a saved max_length makes every
+        later `generate(max_new_tokens=...)` warn that both are set."""
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = generation_config
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if getattr(self.args, "lr_scheduler", None) != NOAM:

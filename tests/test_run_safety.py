@@ -170,13 +170,17 @@ def test_a_nan_loss_stops_training_naming_the_step_and_saves_no_nan_weights(tmp_
 # ---- what a run leaves behind --------------------------------------------------------------------------------------
 
 
-def test_the_saved_generation_config_has_no_max_length_to_clash_with_max_new_tokens(earlier_run, caplog):
+def test_the_saved_generation_config_has_no_max_length_to_clash_with_max_new_tokens(tmp_path, caplog):
+    """Evaluating during training (Seq2SeqTrainer fills in generation defaults) leaves the saved config as set."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    saved = json.loads((earlier_run / "generation_config.json").read_text())
-    assert "max_length" not in saved and saved["max_new_tokens"] == 32  # copy_tiny's --max_length
-    model = AutoModelForSeq2SeqLM.from_pretrained(earlier_run)
-    tokenizer = AutoTokenizer.from_pretrained(earlier_run)
+    output_dir = tmp_path / "run"
+    run(output_dir, "--max_steps", "4", "--eval_strategy", "steps", "--eval_steps", "2", "--save_steps", "2")
+    for folder in (output_dir, output_dir / "checkpoint-4"):
+        saved = json.loads((folder / "generation_config.json").read_text())
+        assert "max_length" not in saved and saved["max_new_tokens"] == 32, folder  # copy_tiny's --max_length
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
     with caplog.at_level("WARNING"):
         model.generate(**tokenizer(["1 2 3"], return_tensors="pt"), max_new_tokens=3)
     assert "max_length" not in caplog.text
