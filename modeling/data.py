@@ -228,12 +228,10 @@ def tokenize_pairs(
     No truncation and no padding: remove over-long pairs first with `filter_pairs` (or use `prepare_pairs`), and
     pad per batch in the collator (`DataCollatorForSeq2Seq` pads labels with -100 and makes the attention mask)."""
     target_tokenizer = target_tokenizer or tokenizer
+    encode_source, encode_target = _token_ids_function(tokenizer), _token_ids_function(target_tokenizer)
 
     def encode(batch):
-        return {
-            "input_ids": tokenizer(batch["source"], return_attention_mask=False)["input_ids"],
-            "labels": target_tokenizer(batch["target"], return_attention_mask=False)["input_ids"],
-        }
+        return {"input_ids": encode_source(batch["source"]), "labels": encode_target(batch["target"])}
 
     return DatasetDict({
         split: dataset.map(
@@ -242,6 +240,19 @@ def tokenize_pairs(
         )
         for split, dataset in corpus.items()
     })
+
+
+def _token_ids_function(tokenizer):
+    """texts -> token ids, as `tokenizer(texts)["input_ids"]`. For a plain `tokenizers`-backed tokenizer (ours) that
+    call is its backend's `encode_batch` plus conversions; `encode_batch_fast` (no character offsets) gives the same
+    ids about 1.5x faster, which is most of the time to prepare a WMT-size corpus. Subclasses may add their own
+    processing, so they keep the full call."""
+    from transformers import PreTrainedTokenizerFast  # local: keep `import modeling.data` light
+
+    if type(tokenizer) is PreTrainedTokenizerFast and hasattr(tokenizer.backend_tokenizer, "encode_batch_fast"):
+        backend = tokenizer.backend_tokenizer
+        return lambda texts: [encoding.ids for encoding in backend.encode_batch_fast(texts)]
+    return lambda texts: tokenizer(texts, return_attention_mask=False)["input_ids"]
 
 
 def _tokens_fingerprint(dataset: Dataset, tokenizer, target_tokenizer) -> str | None:

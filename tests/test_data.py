@@ -296,3 +296,12 @@ def test_text_files_and_their_tokens_are_cached_and_reused_while_nothing_changes
     write_lines(corpus_dir / "train.en", ["a dog", "a cat", "two cats"])
     edited_text, _ = run()
     assert edited_text["target"][2] == "two cats"
+
+
+def test_the_fast_token_path_gives_the_ids_of_the_tokenizer_call():
+    texts = ["Ein Hund läuft.", "", "  zwei  Leerzeichen ", "ﬁ Ligatur (NFKC)", "数字 123"]
+    tokenizer = train_tokenizer(texts * 3, vocab_size=300)
+    tokenized = tokenize_pairs(DatasetDict({"train": Dataset.from_dict({"source": texts, "target": texts[::-1]})}),
+                               tokenizer)["train"]
+    assert tokenized["input_ids"][:] == tokenizer(texts)["input_ids"]
+    assert tokenized["labels"][:] == tokenizer(texts[::-1])["input_ids"]
