@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .data import SYNTHETIC_TASKS
+from .hardware import device_name
 from .schedule import NOAM
 
 TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_card.md"
@@ -95,10 +97,11 @@ def write_model_card(
 
 def model_card_context(
     trainer, model_args, data_args, training_args, corpus, filter_report, results, signatures, *, config_path,
-    command,
+    command, training_seconds: float | None = None,
 ) -> dict:
     """Every field `model_card.md` uses, from a finished training run: the architecture and hyperparameters as
-    trained, the data and its filtering, the results with their sacreBLEU signatures, and the exact command."""
+    trained (with the hardware and `training_seconds`, the Trainer's train_runtime), the data and its filtering, the
+    results with their sacreBLEU signatures, and the exact command."""
     config = trainer.model.config
     output_dir = Path(training_args.output_dir)
     model_name = training_args.hub_model_id or output_dir.name
@@ -157,7 +160,10 @@ def model_card_context(
         ("epochs", f"{state.epoch:.2f}" if state.epoch is not None else "n/a"),
         ("precision", trainer.precision),
         ("seed", training_args.seed),
+        ("hardware", f"{device_name(trainer.args.device)}: {trainer.run_description}"),
     ]
+    if training_seconds is not None:
+        hyperparameters.append(("training time", f"{training_seconds / 60:,.1f} min ({training_seconds:,.0f} s)"))
     if synthetic:
         data_description = (
             f"The embedded synthetic {task} task of The Annotated Transformer: sequences of space-separated symbols, "
@@ -223,3 +229,41 @@ def _format(value) -> str:
 
 
 __all__ = ["PAPER_TAGS", "TEMPLATE_PATH", "card_data", "model_card_context", "render_model_card", "write_model_card"]
+
+
+def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: str) -> Path | None:
+    """Write one evaluation (`modeling.evaluation.evaluate_model`'s results) into the model folder's card
+    (README.md) as a section `## Evaluation: <test set>, beam <n>`: scores, signatures, the command. The section of
+    an earlier evaluation with the same test set and beam is replaced; a folder without a card (an averaged model)
+    gets one that starts with its name. A Hub id, which is no folder here, is left alone (returns None)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return None
+    card = model_dir / "README.md"
+    heading = f"## Evaluation: {results['split']}, beam {results['num_beams']}"
+    signatures = results["signatures"]
+    section = "\n".join([
+        heading,
+        "",
+        "| sentences | sacreBLEU | chrF | lowercased BLEU | exact match (%) |",
+        "| --- | --- | --- | --- | --- |",
+        f"| {results['sentences']} | {results['bleu']:.2f} | {results['chrf']:.2f} | {results['bleu_lowercase']:.2f} "
+        f"| {results['exact_match']:.2f} |",
+        "",
+        f"sacreBLEU signature: `{signatures['bleu']}`",
+        f"chrF signature: `{signatures['chrf']}`",
+        f"lowercased sacreBLEU signature: `{signatures['bleu_lowercase']}`",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+    ])
+    text = card.read_text(encoding="utf-8") if card.is_file() else f"# {model_dir.resolve().name}\n"
+    earlier = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if earlier.search(text):
+        text = earlier.sub(lambda _: section + "\n", text, count=1).rstrip("\n") + "\n"
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    card.write_text(text, encoding="utf-8")
+    return card

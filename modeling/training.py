@@ -336,7 +336,7 @@ def train(
         command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
         context = model_card_context(
             trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
-            config_path=config_path, command=command,
+            config_path=config_path, command=command, training_seconds=train_result.metrics.get("train_runtime"),
         )
         write_model_card(training_args.output_dir, context)
         print_summary(training_args.output_dir, results, corpus)

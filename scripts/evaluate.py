@@ -10,11 +10,14 @@ test_2016_flickr). Sentences are translated in length-sorted batches with beam s
 Writes, in --output_dir (default: MODEL/eval-<split>, or MODEL/eval-<source file name>; overwritten):
   hypotheses.txt  one translation per source line
   results.json    scores, signatures, model, test set, beam size, sentences, seconds spent translating
-and prints one summary line.
+and prints one summary line. When MODEL is a folder, the scores, their signatures and this command also go into
+its model card (MODEL/README.md) as a section "Evaluation: <test set>, beam <n>", replacing an earlier one of the
+same test set and beam.
 """
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from modeling.evaluation import (
     read_test_set_split,
     summary_line,
 )
+from modeling.model_card import record_evaluation
 from modeling.translation import check_model_folder, resolve_device
 
 
@@ -81,6 +85,7 @@ def main(argv=None) -> None:
             args.model, test_set, output_dir, num_beams=args.num_beams, batch_size=args.batch_size,
             max_tokens=args.max_tokens, max_new_tokens=args.max_new_tokens, device=device, progress=progress,
         )
+        record_evaluation(args.model, results, shlex.join(["python", "scripts/evaluate.py", *(argv or sys.argv[1:])]))
     except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
     print(f"{summary_line(results)} -> {output_dir}")

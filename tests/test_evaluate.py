@@ -104,6 +104,13 @@ def test_a_corpus_split_is_translated_scored_and_written_next_to_the_model(
     again = json.loads((model_dir / "eval-test" / "results.json").read_text())
     assert {k: again[k] for k in ("bleu", "chrf")} == {k: results[k] for k in ("bleu", "chrf")}
 
+    card = (model_dir / "README.md").read_text()  # a card made for the folder, with each evaluation once
+    assert card.startswith(f"# {model_dir.name}\n") and card.count("## Evaluation: test_2016_flickr, beam 2") == 1
+    section = card.split("## Evaluation: test_2016_flickr, beam 2")[1].split("## ")[0]
+    assert f"| {TEST_SIZE} | {results['bleu']:.2f} | {results['chrf']:.2f} |" in section
+    assert results["signatures"]["bleu"] in section and "scripts/evaluate.py" in section
+    assert card.count("## Evaluation: test, beam 2") == 1
+
 
 def test_files_whose_references_are_the_models_translations_score_100(model_dir, data_dir, tmp_path, monkeypatch):
     source = tmp_path / "source.de"

@@ -117,6 +117,9 @@ def test_model_card_is_filled(ddp_run):
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in text  # the sacreBLEU signature
     assert "accelerate launch --multi_gpu --num_processes 2 scripts/train.py" in text
     assert "| d_model | 64 |" in text and "Noam (§5.3)" in text and "| validation | 7 |" in text
+    minutes = results["train_runtime"] / 60
+    assert f"| training time | {minutes:,.1f} min ({results['train_runtime']:,.0f} s) |" in text
+    assert re.search(r"\| hardware \| .+: 2 process\(es\) on cpu \(MULTI_CPU, fp32, 1 thread\(s\)\) \|", text)
 
 
 def test_model_card_template_fields_must_all_be_given():

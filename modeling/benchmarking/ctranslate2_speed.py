@@ -7,12 +7,12 @@ once per CTranslate2 compute type (CPU: float32 and int8; bf16 runs: bfloat16 an
 threads as the run's torch.
 
 Each (batch size, beams) setting decodes the source batch `generation_speed` uses (same lengths, same ids) with
-`max_new_tokens`: PyTorch `generate(use_cache=True)`, with `early_stopping=True` for beams (the beam search CTranslate2 runs, see
-modeling/ctranslate2_export.py) and `Translator.translate_batch` for each compute type, one untimed run each, then
-`repetitions` timed runs in alternating order. Generated tokens are counted as in `generation_speed` (through the
-first `</s>`, which CTranslate2 leaves out of its hypotheses and which is added back when a hypothesis stopped
-early). `same_output` says whether a compute type produced exactly PyTorch's tokens: float32 should; int8 rounds
-the weights, so its tokens may differ. Ratios are CTranslate2 / PyTorch.
+`max_new_tokens`: PyTorch `generate(use_cache=True)`, with `early_stopping=True` for beams (the beam search CTranslate2
+runs, see modeling/ctranslate2_export.py) and `Translator.translate_batch` for each compute type, one untimed run each,
+then `repetitions` timed runs in alternating order. Generated tokens are counted as in `generation_speed` (through the
+first `</s>`, which CTranslate2 leaves out of its hypotheses and which is added back when a hypothesis stopped early).
+`same_output` says whether a compute type produced exactly PyTorch's tokens: float32 should; int8 rounds the weights, so
+its tokens may differ. Ratios are CTranslate2 / PyTorch.
 
 Both run in one process, which then holds two OpenMP runtimes (torch's and the one CTranslate2 bundles): on 2 CPU
 cores PyTorch's rate in this section came out below the `generate` section's (2,135 against 3,404 greedy tokens/s

@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import multiprocessing
-import platform
 import resource
 import sys
 import time
@@ -147,21 +146,6 @@ def run_in_fresh_process(function: Callable, *args):
                 f"the fresh process running {function.__name__} died before returning: killed (out of memory? this "
                 f"machine has {psutil.virtual_memory().total / 2**30:.1f} GiB), or it failed to start (see its output)"
             ) from None
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
 def interleaved(names: tuple[str, ...], repetition: int) -> tuple[str, ...]:

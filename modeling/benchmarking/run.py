@@ -16,11 +16,12 @@ import datasets
 import torch
 import transformers
 
+from ..hardware import device_name
 from .ctranslate2_speed import benchmark_ctranslate2
 from .data_speed import benchmark_data
 from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
-from .measure import MemoryWatch, device_name, matmul_peak
+from .measure import MemoryWatch, matmul_peak
 from .settings import BenchmarkSettings
 from .training_speed import benchmark_training
 
