@@ -26,7 +26,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
 from .command_line import OneLineErrorParser
-from .configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
+from .configuration_annotated_transformer import INIT_SCHEMES, PRESETS, AnnotatedTransformerConfig
 from .data import SYNTHETIC_TASKS
 from .schedule import NOAM
 from .tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
@@ -57,6 +57,7 @@ CONFIG_FIELDS_OF_FLAG = {
     "norm_first": ("norm_first",),
     "tie_word_embeddings": ("tie_word_embeddings",),
     "label_smoothing": ("label_smoothing",),
+    "init_scheme": ("init_scheme",),
 }
 
 
@@ -91,6 +92,11 @@ class ModelArguments:
             "help": "epsilon_ls of §5.4, applied by the model's loss (padding excluded). Set 0 to use "
             "--label_smoothing_factor (transformers' LabelSmoother) instead."
         },
+    )
+
+    init_scheme: str | None = field(
+        default=None,
+        metadata={"help": f"Weight initialisation: one of {', '.join(INIT_SCHEMES)} (default: xavier_uniform)."},
     )
 
     def config_overrides(self) -> dict:

@@ -24,7 +24,7 @@ PRESETS = {
     ),
 }
 
-INIT_SCHEMES = ("xavier_uniform", "normal")
+INIT_SCHEMES = ("xavier_uniform", "fairseq", "normal")
 
 
 @strict
@@ -51,7 +51,10 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         label_smoothing: epsilon_ls of §5.4, applied by the model's own loss (KL divergence to the smoothed
             target, padding excluded, normalised per non-pad token).
         layer_norm_eps: LayerNorm epsilon.
-        init_scheme: "xavier_uniform" (the reference code's initialisation) or "normal" (std `init_std`).
+        init_scheme: "xavier_uniform" (The Annotated Transformer's: every matrix, embeddings included, Xavier-uniform);
+            "fairseq" (Xavier-uniform matrices, embeddings N(0, d_model^-0.5) as in fairseq and the paper's
+            tensor2tensor code, so the sqrt(d_model)-scaled embeddings have unit variance); or "normal" (std
+            `init_std`).
     """
 
     model_type = "annotated-transformer"

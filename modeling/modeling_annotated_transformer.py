@@ -367,12 +367,15 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        """Xavier-uniform for every matrix, as the reference code does (`p.dim() > 1`); zero biases; unit LayerNorms.
+        """Xavier-uniform for every matrix, as the reference code does (`p.dim() > 1`), or N(0, d_model^-0.5)
+        embeddings under "fairseq" (the tied output projection shares them); zero biases; unit LayerNorms.
         Rebuilds the positional-encoding buffer, which `from_pretrained` leaves uninitialised."""
         if isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.encoding, sinusoidal_positional_encoding(*module.encoding.shape))
+        elif isinstance(module, nn.Embedding) and self.config.init_scheme == "fairseq":
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
         elif isinstance(module, (nn.Linear, nn.Embedding)):
-            if self.config.init_scheme == "xavier_uniform":
+            if self.config.init_scheme in ("xavier_uniform", "fairseq"):
                 init.xavier_uniform_(module.weight)
             else:
                 init.normal_(module.weight, mean=0.0, std=self.config.init_std)

@@ -123,6 +123,23 @@ def test_xavier_uniform_initialisation():
     assert torch.all(model.model.encoder.layers[0].feed_forward.fc1.bias == 0)
 
 
+def test_fairseq_initialisation_gives_unit_variance_scaled_embeddings():
+    torch.manual_seed(0)
+    xavier = tiny_model(vocab_size=4000, d_model=64)
+    torch.manual_seed(0)
+    fairseq = tiny_model(vocab_size=4000, d_model=64, encoder_ffn_dim=256, init_scheme="fairseq")
+    # N(0, d_model^-0.5): after the sqrt(d_model) scale of §3.4 the embeddings have unit variance, like the
+    # positional encoding; Xavier over (4000, 64) gives them a standard deviation of about 0.18 instead
+    embeddings = fairseq.model.shared.weight * math.sqrt(64)
+    assert abs(embeddings.std().item() - 1.0) < 0.02
+    assert (xavier.model.shared.weight * math.sqrt(64)).std().item() < 0.2
+    assert fairseq.lm_head.weight is fairseq.model.shared.weight
+    # every other matrix keeps Xavier-uniform
+    bound = math.sqrt(6 / (64 + 256))
+    weight = fairseq.model.encoder.layers[0].feed_forward.fc1.weight
+    assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound
+
+
 def test_padding_in_the_source_changes_nothing():
     model = tiny_model()
     input_ids, attention_mask = padded_batch()

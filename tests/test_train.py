@@ -288,6 +288,8 @@ def test_config_file_values_are_defaults_that_flags_override(tmp_path):
     model_args, data_args, training_args, used = parse_arguments(["--config", str(config), "--d_model", "48"])
     assert used == config
     assert (model_args.preset, model_args.d_model, model_args.norm_first) == ("base", 48, True)
+    assert model_args.init_scheme is None and "init_scheme" not in model_args.config_overrides()
+    assert parse_arguments(["--init_scheme", "fairseq"])[0].config_overrides()["init_scheme"] == "fairseq"
     assert training_args.adam_epsilon == 1e-9 and training_args.max_steps == 7
     assert training_args.lr_scheduler_type == "inverse_sqrt"
     json_config = tmp_path / "run.json"
