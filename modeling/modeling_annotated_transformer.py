@@ -97,14 +97,19 @@ class SinusoidalPositionalEncoding(nn.Module):
             persistent=False,
         )
 
-    def forward(self, start: int, end: int) -> torch.Tensor:
-        """The encodings of positions start, ..., end - 1: a slice of the table (no gather, no device sync)."""
-        if end > self.encoding.shape[0]:
+    def forward(self, start: int | torch.Tensor, length: int) -> torch.Tensor:
+        """The encodings of positions start, ..., start + length - 1: a slice of the table (no gather, no device
+        sync), or a gather when `start` is a tensor (a static cache's length), so that a compiled decoding step
+        neither syncs nor breaks its graph."""
+        if not torch.compiler.is_compiling() and start + length > self.encoding.shape[0]:
             raise ValueError(
-                f"Sequence position {end - 1} is beyond `max_position_embeddings` ({self.encoding.shape[0]}): "
-                "truncate the input or build the model with a larger `max_position_embeddings`."
+                f"Sequence position {int(start + length - 1)} is beyond `max_position_embeddings` "
+                f"({self.encoding.shape[0]}): truncate the input or build the model with a larger "
+                "`max_position_embeddings`."
             )
-        return self.encoding[start:end]
+        if isinstance(start, torch.Tensor):
+            return self.encoding.index_select(0, start + torch.arange(length, device=start.device))
+        return self.encoding[start : start + length]
 
 
 class TransformerEmbeddings(nn.Module):
@@ -117,13 +122,13 @@ class TransformerEmbeddings(nn.Module):
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids=None, inputs_embeds=None, past_length: int = 0) -> torch.Tensor:
+    def forward(self, input_ids=None, inputs_embeds=None, past_length: int | torch.Tensor = 0) -> torch.Tensor:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds * self.embed_scale
-        positions = self.embed_positions(past_length, past_length + inputs_embeds.shape[1])
+        positions = self.embed_positions(past_length, inputs_embeds.shape[1])
         return self.dropout(inputs_embeds + positions.to(inputs_embeds.dtype))
 
 
@@ -330,6 +335,8 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
+    # no graph break in any forward, a static cache included: generate() may compile the decoding step
+    _can_compile_fullgraph = True
 
     def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
         """Save as transformers does, plus the weights' SHA-256 digests (`checksums.sha256`) that loading checks."""
@@ -470,9 +477,11 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        # Positions continue from what the cache holds (transformers 5 has no cache_position).
+        # Positions continue from what the cache holds (transformers 5 has no cache_position): an int, or a 0-d
+        # tensor for a static cache.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if past_length == 0:  # later generation steps feed back ids the model itself chose
+        # later generation steps feed back ids the model itself chose; a compiled step checks nothing on the host
+        if not torch.compiler.is_compiling() and past_length == 0:
             check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length)
 

@@ -24,6 +24,30 @@ def test_beam_search_with_cache_equals_without_cache(model):
                        model.generate(input_ids, use_cache=False, **kwargs))
 
 
+def test_static_cache_decoding_compiles_without_graph_breaks(model):
+    """`_can_compile_fullgraph`: with a static cache, generate() compiles the decoding step with fullgraph=True, which
+    fails on any graph break (a host sync, a data-dependent branch). The eager backend traces without inductor."""
+    from transformers import CompileConfig
+
+    assert model._can_compile_fullgraph
+    input_ids, attention_mask = padded_batch()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=False)
+    dynamic = model.generate(input_ids, **kwargs)
+    assert torch.equal(model.generate(input_ids, cache_implementation="static", **kwargs), dynamic)
+    graphs = []
+
+    def counting_backend(graph, example_inputs, **options):  # options: generate()'s mode="reduce-overhead"
+        graphs.append(graph)
+        return graph.forward
+
+    compile_config = CompileConfig(fullgraph=True, backend=counting_backend)
+    compile_config._compile_all_devices = True  # generate() compiles only on accelerators otherwise
+    torch._dynamo.reset()
+    compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **kwargs)
+    assert graphs  # the decoding step did go through torch.compile
+    assert torch.equal(compiled, dynamic)
+
+
 def test_cached_step_logits_equal_teacher_forced_logits(model):
     input_ids, attention_mask = padded_batch()
     decoder_input_ids = torch.randint(4, VOCAB, (2, 6))
