@@ -180,6 +180,9 @@ def test_settings_defaults_quick_and_errors():
         parse("--sizes", "huge")
     with pytest.raises(ValueError, match="--steps must be at least 1, got 0"):
         parse("--steps", "0")
+    assert full.caches == ["dynamic"] and parse("--caches", "dynamic", "static").caches == ["dynamic", "static"]
+    with pytest.raises(ValueError, match=r"--caches \['paged'\]"):
+        parse("--caches", "paged")
 
 
 def tiny_arguments(tmp_path, *extra):
@@ -255,6 +258,17 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkey
     assert results["errors"] == {"data": "RuntimeError: the fresh process died"}
     assert "data" not in results and results["generate"]["tiny"]["greedy_batch3"]["ratio"]["tokens_per_s"] > 0
     assert "FAILED data: RuntimeError: the fresh process died" in format_table(results)
+
+
+def test_static_cache_rows_generate_the_same_tokens_in_both_models(tmp_path):
+    arguments = tiny_arguments(tmp_path, "--only", "generate", "--caches", "dynamic", "static")
+    results = run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+    generate = results["generate"]["tiny"]
+    assert set(generate) == {"greedy_batch3", "beam2_batch3", "greedy_batch3_static", "beam2_batch3_static"}
+    for name, setting in generate.items():
+        assert setting["cache"] == ("static" if name.endswith("_static") else "dynamic")
+        assert setting["same_output"] and setting["ratio"]["tokens_per_s"] > 0, name
+    assert "greedy, batch 3, static cache, 3 new" in format_table(results)
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ generate the same tokens; `same_output` in the report says whether they did. Eac
 once untimed per model (first shapes, lazy initialisation), then `repetitions` timed runs alternating the order.
 Every run: the same right-padded source batch (lengths sampled from the pair lengths), `max_new_tokens`,
 `use_cache=True` (each decoder step feeds only the newest token; the encoder-decoder attention's keys and values
-are computed once), no sampling, under the run's dtype.
+are computed once), no sampling, under the run's dtype. Each cache of `--caches` is a setting of its own: "dynamic"
+(transformers' default, growing per step) or "static" (preallocated to the output length, with which `generate()`
+compiles the decoding step on a GPU, CUDA graphs included; the untimed first run pays the compilation).
 
 Figures are medians over the timed runs, and `_best` the fastest run. Generated tokens are counted per output sequence
 up to and including its first `</s>` (or all `max_new_tokens` when there is none): neither the decoder start token nor
@@ -16,6 +18,7 @@ time.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import torch
@@ -58,8 +61,9 @@ def timed_in_turn(names: tuple[str, ...], run, count_tokens, repetitions: int, d
     return outputs, runs
 
 
-def generation_setting_name(num_beams: int, batch_size: int) -> str:
-    return f"{'greedy' if num_beams == 1 else f'beam{num_beams}'}_batch{batch_size}"
+def generation_setting_name(num_beams: int, batch_size: int, cache: str = "dynamic") -> str:
+    search = "greedy" if num_beams == 1 else f"beam{num_beams}"
+    return f"{search}_batch{batch_size}" + ("" if cache == "dynamic" else f"_{cache}")
 
 
 def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLengths) -> dict:
@@ -73,13 +77,13 @@ def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLe
             settings.pad_to_multiple_of,
         )
         sources = {key: value.to(device) for key, value in sources.items()}
-        for num_beams in settings.num_beams:
+        for num_beams, cache in itertools.product(settings.num_beams, settings.caches):
 
             def generate(name):
                 with torch.inference_mode(), autocast(device, settings.dtype):
                     return models[name].generate(
                         **sources, num_beams=num_beams, do_sample=False, max_new_tokens=settings.max_new_tokens,
-                        use_cache=True,
+                        use_cache=True, cache_implementation=None if cache == "dynamic" else cache,
                     )
 
             outputs, runs = timed_in_turn(
@@ -88,9 +92,10 @@ def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLe
             )
             figures = {name: rate_figures(name_runs) for name, name_runs in runs.items()}
             same = outputs["ours"].shape == outputs["marian"].shape and torch.equal(outputs["ours"], outputs["marian"])
-            results[generation_setting_name(num_beams, batch_size)] = {
+            results[generation_setting_name(num_beams, batch_size, cache)] = {
                 "num_beams": num_beams,
                 "batch_size": batch_size,
+                "cache": cache,
                 "max_new_tokens": settings.max_new_tokens,
                 "same_output": bool(same),
                 **comparison(figures),

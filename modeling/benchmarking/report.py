@@ -77,7 +77,9 @@ def format_table(results: dict) -> str:
     for size, settings in results.get("generate", {}).items():
         for name, generated in settings.items():
             search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
-            label = f"{search}, batch {generated['batch_size']}, {generated['max_new_tokens']} new: tokens/s (best)"
+            cache = "" if generated.get("cache", "dynamic") == "dynamic" else f", {generated['cache']} cache"
+            label = (f"{search}, batch {generated['batch_size']}{cache}, {generated['max_new_tokens']} new: "
+                     "tokens/s (best)")
             label += "" if generated["same_output"] else " (outputs differ)"
             _compared(rows, "generate", size, label, generated, "tokens_per_s", _rate)
     data = results.get("data")

@@ -13,6 +13,7 @@ from .models import SIZES
 
 SECTIONS = ("train", "generate", "ctranslate2", "data")
 DEVICES = ("cpu", "cuda")
+CACHES = ("dynamic", "static")  # generate()'s cache: a static one lets it compile the decoding step on a GPU
 DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
 WMT14_PAIRS = 4_500_000
 
@@ -25,11 +26,11 @@ DEFAULTS = dict(
 DEVICE_DEFAULTS = {
     "cpu": dict(
         sizes=["small", "base"], dtype="fp32", max_tokens=2048, steps=10, generate_batch_sizes=[32],
-        pad_to_multiple_of=None, peak_matmul_size=2048,
+        caches=["dynamic"], pad_to_multiple_of=None, peak_matmul_size=2048,
     ),
     "cuda": dict(
         sizes=["small", "base", "big"], dtype="bf16", max_tokens=32768, steps=50, generate_batch_sizes=[128, 512],
-        pad_to_multiple_of=8, peak_matmul_size=8192,
+        caches=["dynamic", "static"], pad_to_multiple_of=8, peak_matmul_size=8192,
     ),
 }
 QUICK_DEFAULTS = dict(sizes=["small"], steps=3, repetitions=2, fresh_runs=1, max_new_tokens=16, data_pairs=20_000)
@@ -47,6 +48,7 @@ class BenchmarkSettings:
     fresh_runs: int
     generate_batch_sizes: list[int]
     num_beams: list[int]
+    caches: list[str]
     max_new_tokens: int
     data_pairs: int
     data_dir: str | None
@@ -62,7 +64,9 @@ class BenchmarkSettings:
     output: str
 
     def __post_init__(self):
-        for name, value, choices in (("sizes", self.sizes, SIZES), ("sections", self.sections, SECTIONS)):
+        for name, value, choices in (
+            ("sizes", self.sizes, SIZES), ("sections", self.sections, SECTIONS), ("caches", self.caches, CACHES)
+        ):
             unknown = [item for item in value if item not in choices]
             if unknown or not value:
                 raise ValueError(f"--{name} {value}: choose one or more of {list(choices)}.")
@@ -112,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch_sizes", dest="generate_batch_sizes", type=int, nargs="+",
         help="Generation batch sizes (CPU: 32; GPU: 128 512).")
     add("--num_beams", type=int, nargs="+", help="Generation beams: 1 is greedy (1 4).")
+    add("--caches", nargs="+", metavar="CACHE",
+        help=f"generate()'s cache: {' '.join(CACHES)}; with a static cache generate() compiles the decoding step on "
+             "a GPU (CPU: dynamic; GPU: dynamic static).")
     add("--max_new_tokens", type=int, help="Tokens generated per source (32).")
     add("--data_pairs", type=int,
         help=f"Pairs in the synthetic corpus of the data section ({WMT14_PAIRS:,}, WMT14's size).")
