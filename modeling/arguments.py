@@ -96,7 +96,7 @@ class ModelArguments:
 
     init_scheme: str | None = field(
         default=None,
-        metadata={"help": f"Weight initialisation: one of {', '.join(INIT_SCHEMES)} (default: xavier_uniform)."},
+        metadata={"help": f"Weight initialisation: one of {', '.join(INIT_SCHEMES)} (default: fairseq)."},
     )
 
     def config_overrides(self) -> dict:

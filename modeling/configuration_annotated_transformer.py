@@ -51,10 +51,10 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         label_smoothing: epsilon_ls of §5.4, applied by the model's own loss (KL divergence to the smoothed
             target, padding excluded, normalised per non-pad token).
         layer_norm_eps: LayerNorm epsilon.
-        init_scheme: "xavier_uniform" (The Annotated Transformer's: every matrix, embeddings included, Xavier-uniform);
-            "fairseq" (Xavier-uniform matrices, embeddings N(0, d_model^-0.5) as in fairseq and the paper's
-            tensor2tensor code, so the sqrt(d_model)-scaled embeddings have unit variance); or "normal" (std
-            `init_std`).
+        init_scheme: "fairseq" (the default: Xavier-uniform matrices, embeddings N(0, d_model^-0.5) as in fairseq
+            and the paper's tensor2tensor code, so the sqrt(d_model)-scaled embeddings have unit variance; with
+            Xavier-uniform embeddings a post-norm 6+6 model stops learning, see the README); "xavier_uniform" (The
+            Annotated Transformer's: every matrix, embeddings included); or "normal" (std `init_std`).
     """
 
     model_type = "annotated-transformer"
@@ -84,7 +84,7 @@ class AnnotatedTransformerConfig(PretrainedConfig):
     tie_word_embeddings: bool = True
     label_smoothing: float | int = 0.0
     layer_norm_eps: float | int = 1e-6
-    init_scheme: str = "xavier_uniform"
+    init_scheme: str = "fairseq"
     init_std: float | int = 0.02
     use_cache: bool = True
     is_encoder_decoder: bool = True

@@ -374,8 +374,9 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        """Xavier-uniform for every matrix, as the reference code does (`p.dim() > 1`), or N(0, d_model^-0.5)
-        embeddings under "fairseq" (the tied output projection shares them); zero biases; unit LayerNorms.
+        """Xavier-uniform for every matrix (`p.dim() > 1`, as The Annotated Transformer does), except, under the
+        default "fairseq" scheme, the embeddings: N(0, d_model^-0.5) (the tied output projection shares them); zero
+        biases; unit LayerNorms.
         Rebuilds the positional-encoding buffer, which `from_pretrained` leaves uninitialised."""
         if isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.encoding, sinusoidal_positional_encoding(*module.encoding.shape))
