@@ -96,7 +96,10 @@ class ModelArguments:
 
     init_scheme: str | None = field(
         default=None,
-        metadata={"help": f"Weight initialisation: one of {', '.join(INIT_SCHEMES)} (default: fairseq)."},
+        metadata={
+            "help": f"Weight initialisation: one of {', '.join(INIT_SCHEMES)} (default: "
+            f"{AnnotatedTransformerConfig.init_scheme})."
+        },
     )
 
     def config_overrides(self) -> dict:
