@@ -24,7 +24,7 @@ PRESETS = {
     ),
 }
 
-INIT_SCHEMES = ("xavier_uniform", "fairseq", "normal")
+INIT_SCHEMES = ("xavier_uniform", "fairseq", "deepnet", "normal")
 
 
 @strict
@@ -53,7 +53,9 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         layer_norm_eps: LayerNorm epsilon.
         init_scheme: "fairseq" (the default: Xavier-uniform matrices, embeddings N(0, d_model^-0.5) as in fairseq
             and the paper's tensor2tensor code, so the sqrt(d_model)-scaled embeddings have unit variance; with
-            Xavier-uniform embeddings a post-norm 6+6 model stops learning, see the README); "xavier_uniform" (The
+            Xavier-uniform embeddings a post-norm 6+6 model stops learning, see the README); "deepnet" (fairseq's,
+            with DeepNet's smaller Xavier gain for the value, attention-output and feed-forward matrices: each
+            post-norm sublayer starts near the identity; the architecture is unchanged); "xavier_uniform" (The
             Annotated Transformer's: every matrix, embeddings included); or "normal" (std `init_std`).
     """
 

@@ -375,23 +375,58 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         """Xavier-uniform for every matrix (`p.dim() > 1`, as The Annotated Transformer does), except, under the
-        default "fairseq" scheme, the embeddings: N(0, d_model^-0.5) (the tied output projection shares them); zero
-        biases; unit LayerNorms.
+        "fairseq" and "deepnet" schemes, the embeddings: N(0, d_model^-0.5) (the tied output projection shares them);
+        under "deepnet" the matrices that end each layer's residual branches get DeepNet's smaller Xavier gain
+        (`deepnet_gains`); zero biases; unit LayerNorms.
         Rebuilds the positional-encoding buffer, which `from_pretrained` leaves uninitialised."""
+        scheme = self.config.init_scheme
         if isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.encoding, sinusoidal_positional_encoding(*module.encoding.shape))
-        elif isinstance(module, nn.Embedding) and self.config.init_scheme == "fairseq":
+        elif isinstance(module, nn.Embedding) and scheme in ("fairseq", "deepnet"):
             init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
         elif isinstance(module, (nn.Linear, nn.Embedding)):
-            if self.config.init_scheme in ("xavier_uniform", "fairseq"):
-                init.xavier_uniform_(module.weight)
-            else:
+            if scheme == "normal":
                 init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            else:
+                init.xavier_uniform_(module.weight, gain=self._xavier_gain(module))
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
+
+    def _xavier_gain(self, linear: nn.Module) -> float:
+        """1, except under "deepnet" for the value, attention-output and feed-forward matrices of a layer: DeepNet's
+        beta, the encoder's or the decoder's (transformers initialises a Linear on its own, so its layer is looked up
+        here, among this model's layers)."""
+        if self.config.init_scheme != "deepnet":
+            return 1.0
+        encoder_gain, decoder_gain = deepnet_gains(self.config.encoder_layers, self.config.decoder_layers)
+        for layer in self.modules():
+            if isinstance(layer, (AnnotatedTransformerEncoderLayer, AnnotatedTransformerDecoderLayer)) and any(
+                linear is matrix for matrix in residual_branch_matrices(layer)
+            ):
+                return decoder_gain if isinstance(layer, AnnotatedTransformerDecoderLayer) else encoder_gain
+        return 1.0
+
+
+def residual_branch_matrices(layer: nn.Module) -> list[nn.Linear]:
+    """The matrices on the value path of each sublayer of an encoder or decoder layer: every attention's value and
+    output projections, and both feed-forward matrices (queries and keys only shape the attention weights)."""
+    attentions = [child for child in layer.children() if isinstance(child, AnnotatedTransformerAttention)]
+    return [linear for attention in attentions for linear in (attention.v_proj, attention.out_proj)] + [
+        layer.feed_forward.fc1,
+        layer.feed_forward.fc2,
+    ]
+
+
+def deepnet_gains(encoder_layers: int, decoder_layers: int) -> tuple[float, float]:
+    """DeepNet's beta for an N-layer encoder and an M-layer decoder (Wang et al. 2022, "DeepNet: Scaling Transformers
+    to 1,000 Layers", §3): 0.87 (N^4 M)^(-1/16) for the encoder, (12 M)^(-1/4) for the decoder (0.50 and 0.34 at
+    6+6), the Xavier gain of `residual_branch_matrices`, so that each post-norm sublayer starts close to the
+    identity. DeepNorm's other half, the residual weight alpha in LayerNorm(alpha x + Sublayer(x)), is left out: it
+    would change the paper's architecture."""
+    return 0.87 * (encoder_layers**4 * decoder_layers) ** (-1 / 16), (12 * decoder_layers) ** (-1 / 4)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

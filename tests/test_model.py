@@ -8,6 +8,7 @@ from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from modeling import AnnotatedTransformerModel
 from modeling.modeling_annotated_transformer import (
     SublayerConnection,
+    deepnet_gains,
     shift_tokens_right,
     sinusoidal_positional_encoding,
 )
@@ -137,6 +138,36 @@ def test_fairseq_initialisation_gives_unit_variance_scaled_embeddings():
     bound = math.sqrt(6 / (64 + 256))
     weight = fairseq.model.encoder.layers[0].feed_forward.fc1.weight
     assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound
+
+
+def test_deepnet_initialisation_scales_the_residual_branches(tmp_path):
+    config = dict(vocab_size=4000, d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, encoder_layers=6,
+                  decoder_layers=6, init_scheme="deepnet")
+    model = tiny_model(**config)
+    encoder_gain, decoder_gain = deepnet_gains(6, 6)
+    assert abs(encoder_gain - 0.497) < 1e-3 and abs(decoder_gain - 0.343) < 1e-3  # DeepNet's beta at 6+6
+
+    def xavier_std(weight):
+        return math.sqrt(2 / sum(weight.shape))
+
+    encoder_layer, decoder_layer = model.model.encoder.layers[3], model.model.decoder.layers[3]
+    scaled = {
+        encoder_gain: [encoder_layer.self_attn.v_proj, encoder_layer.self_attn.out_proj,
+                       encoder_layer.feed_forward.fc1, encoder_layer.feed_forward.fc2],
+        decoder_gain: [decoder_layer.self_attn.v_proj, decoder_layer.encoder_attn.out_proj,
+                       decoder_layer.encoder_attn.v_proj, decoder_layer.feed_forward.fc2],
+        1.0: [encoder_layer.self_attn.q_proj, decoder_layer.encoder_attn.k_proj],  # queries and keys keep gain 1
+    }
+    for gain, linears in scaled.items():
+        for linear in linears:
+            assert abs(linear.weight.std().item() / (gain * xavier_std(linear.weight)) - 1) < 0.1
+            assert torch.all(linear.bias == 0)
+    assert abs((model.model.shared.weight * 8).std().item() - 1.0) < 0.02  # fairseq's embeddings
+    # loading a saved model keeps its weights: the layers' second draw skips what was loaded
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path)
+    for name, weight in model.state_dict().items():
+        assert torch.equal(weight, loaded.state_dict()[name]), name
 
 
 def test_padding_in_the_source_changes_nothing():
