@@ -51,12 +51,13 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         label_smoothing: epsilon_ls of §5.4, applied by the model's own loss (KL divergence to the smoothed
             target, padding excluded, normalised per non-pad token).
         layer_norm_eps: LayerNorm epsilon.
-        init_scheme: "fairseq" (the default: Xavier-uniform matrices, embeddings N(0, d_model^-0.5) as in fairseq
+        init_scheme: "deepnet" (the default: "fairseq" with DeepNet's smaller Xavier gain for the value,
+            attention-output and feed-forward matrices, so each post-norm sublayer starts near the identity; the
+            architecture is unchanged; a post-norm 6+6 model reaches three times the BLEU of "fairseq" in 1,200
+            steps, see the README); "fairseq" (Xavier-uniform matrices, embeddings N(0, d_model^-0.5) as in fairseq
             and the paper's tensor2tensor code, so the sqrt(d_model)-scaled embeddings have unit variance; with
-            Xavier-uniform embeddings a post-norm 6+6 model stops learning, see the README); "deepnet" (fairseq's,
-            with DeepNet's smaller Xavier gain for the value, attention-output and feed-forward matrices: each
-            post-norm sublayer starts near the identity; the architecture is unchanged); "xavier_uniform" (The
-            Annotated Transformer's: every matrix, embeddings included); or "normal" (std `init_std`).
+            Xavier-uniform embeddings a post-norm 6+6 model stops learning); "xavier_uniform" (The Annotated
+            Transformer's: every matrix, embeddings included); or "normal" (std `init_std`).
     """
 
     model_type = "annotated-transformer"
@@ -86,7 +87,7 @@ class AnnotatedTransformerConfig(PretrainedConfig):
     tie_word_embeddings: bool = True
     label_smoothing: float | int = 0.0
     layer_norm_eps: float | int = 1e-6
-    init_scheme: str = "fairseq"
+    init_scheme: str = "deepnet"
     init_std: float | int = 0.02
     use_cache: bool = True
     is_encoder_decoder: bool = True

@@ -117,7 +117,7 @@ def test_resize_keeps_the_ties():
 
 
 def test_xavier_uniform_initialisation():
-    model = tiny_model(d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256)
+    model = tiny_model(d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, init_scheme="xavier_uniform")
     weight = model.model.encoder.layers[0].feed_forward.fc1.weight  # (256, 64)
     bound = math.sqrt(6 / (64 + 256))
     assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound
@@ -126,8 +126,7 @@ def test_xavier_uniform_initialisation():
 
 def test_fairseq_initialisation_gives_unit_variance_scaled_embeddings():
     xavier = tiny_model(vocab_size=4000, d_model=64, init_scheme="xavier_uniform")  # tiny_model seeds itself
-    fairseq = tiny_model(vocab_size=4000, d_model=64, encoder_ffn_dim=256)
-    assert fairseq.config.init_scheme == "fairseq"  # the default
+    fairseq = tiny_model(vocab_size=4000, d_model=64, encoder_ffn_dim=256, init_scheme="fairseq")
     # N(0, d_model^-0.5): after the sqrt(d_model) scale of §3.4 the embeddings have unit variance, like the
     # positional encoding; Xavier over (4000, 64) gives them a standard deviation of about 0.18 instead
     embeddings = fairseq.model.shared.weight * math.sqrt(64)
@@ -141,9 +140,9 @@ def test_fairseq_initialisation_gives_unit_variance_scaled_embeddings():
 
 
 def test_deepnet_initialisation_scales_the_residual_branches(tmp_path):
-    config = dict(vocab_size=4000, d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, encoder_layers=6,
-                  decoder_layers=6, init_scheme="deepnet")
-    model = tiny_model(**config)
+    model = tiny_model(vocab_size=4000, d_model=64, encoder_ffn_dim=256, decoder_ffn_dim=256, encoder_layers=6,
+                       decoder_layers=6)
+    assert model.config.init_scheme == "deepnet"  # the default
     encoder_gain, decoder_gain = deepnet_gains(6, 6)
     assert abs(encoder_gain - 0.497) < 1e-3 and abs(decoder_gain - 0.343) < 1e-3  # DeepNet's beta at 6+6
 
