@@ -376,8 +376,8 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         """Xavier-uniform for every matrix (`p.dim() > 1`, as The Annotated Transformer does), except, under the
         "fairseq" and "deepnet" schemes, the embeddings: N(0, d_model^-0.5) (the tied output projection shares them);
-        under "deepnet" the matrices that end each layer's residual branches get DeepNet's smaller Xavier gain
-        (`deepnet_gains`); zero biases; unit LayerNorms.
+        under "deepnet" the value-path matrices of each layer's sublayers (`residual_branch_matrices`) get DeepNet's
+        smaller Xavier gain (`deepnet_gains`); zero biases; unit LayerNorms.
         Rebuilds the positional-encoding buffer, which `from_pretrained` leaves uninitialised."""
         scheme = self.config.init_scheme
         if isinstance(module, SinusoidalPositionalEncoding):
