@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The GPU parts of the open issues on a lent GPU machine (the workplace's `device` tool), whose calls last at most
+# 10 minutes and whose machine is given back 30 s after a call: the steps run one after another in a background
+# process on the machine, and each call waits for them, then copies what finished into $OUT.
+#
+# Here, once: bash benchmarks/device/stage.sh. Then device calls with carry ["device_carry"]:
+#   bash benchmarks/device/session.sh start STEP...   install the carried wheels, check the imports, start the steps
+#   bash benchmarks/device/session.sh wait            wait again; call it as soon as the previous call returns
+# Each call waits up to WAIT_S seconds (default 540), copies each finished step's files into $OUT (<step>.log, the
+# end of its log; <step>.json, its figures) and prints every step's state. Steps:
+#   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
+#                      FSDP configs), then one epoch of configs/multi30k_de_en.yaml with configs/accelerate_fsdp.yaml
+#                      on one process, scored greedy on validation
+#   benchmark          scripts/benchmark.py --device cuda $BENCHMARK_ARGS (default: --sizes base --only train generate)
+#   recipe:NAME[:ARGS] configs/NAME.yaml trained on Multi30k (ARGS: extra train.py flags, comma-separated, e.g.
+#                      recipe:multi30k_de_en:--norm_first=true); then the last 5 checkpoints averaged, the average and
+#                      the best checkpoint scored with beam 4 on validation, and the better of the two once on test
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+work=/tmp/gpu-session            # the machine keeps it while it stays warm
+data=$repo/device_carry/multi30k
+out=${OUT:-$work/out}
+mkdir -p "$work/steps" "$out"
+export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
+
+step_checks() {
+    python3 -m pytest -m gpu -q -rs -p no:cacheprovider
+    local tests=$?
+    local run=$work/fsdp-epoch
+    rm -rf "$run"
+    accelerate launch --config_file configs/accelerate_fsdp.yaml --num_processes 1 scripts/train.py \
+        --config configs/multi30k_de_en.yaml --data_dir "$data" --num_train_epochs 1 --eval_strategy no \
+        --save_strategy no --report_to none --output_dir "$run"
+    local fsdp=$?
+    python3 scripts/evaluate.py "$run" --data_dir "$data" --split validation --source_lang de --target_lang en \
+        --num_beams 1 --batch_size 128 --quiet --output_dir "$run/eval-validation-greedy"
+    local scored=$?
+    python3 - "$run" "$tests" "$fsdp" "$scored" > "$1" <<'PY'
+import json, sys, pathlib
+run = pathlib.Path(sys.argv[1])
+def read(path):
+    return json.loads(path.read_text()) if path.exists() else None
+print(json.dumps({"pytest_gpu_rc": int(sys.argv[2]), "fsdp_epoch_rc": int(sys.argv[3]), "score_rc": int(sys.argv[4]),
+                  "fsdp_epoch_train": read(run / "train_results.json"),
+                  "fsdp_epoch_validation_greedy": read(run / "eval-validation-greedy" / "results.json")}, indent=1))
+PY
+    [ "$tests" = 0 ] && [ "$fsdp" = 0 ] && [ "$scored" = 0 ]
+}
+
+step_benchmark() {
+    # shellcheck disable=SC2086
+    python3 scripts/benchmark.py --device cuda ${BENCHMARK_ARGS:---sizes base --only train generate} --output "$1"
+}
+
+step_recipe() {  # recipe:NAME[:ARGS]
+    local spec=${2#recipe:} name extra run source target
+    name=${spec%%:*}
+    extra=$([ "$spec" != "$name" ] && echo "${spec#*:}" | tr ',' ' ')
+    run=$work/$(tag_of "$2")
+    read -r source target < <(python3 -c "import yaml, sys; c = yaml.safe_load(open(sys.argv[1])); \
+print(c['source_lang'], c['target_lang'])" "configs/$name.yaml") || return 1
+    rm -rf "$run" "$run-avg5"
+    # shellcheck disable=SC2086
+    accelerate launch --num_processes 1 scripts/train.py --config "configs/$name.yaml" --data_dir "$data" \
+        --report_to none --output_dir "$run" $extra || return 1
+    python3 scripts/average_checkpoints.py "$run" --last 5 --output_dir "$run-avg5" || return 1
+    local scores=(--data_dir "$data" --source_lang "$source" --target_lang "$target" --num_beams 4 --batch_size 128
+                  --quiet)
+    python3 scripts/evaluate.py "$run" --split validation "${scores[@]}" --output_dir "$run/eval-validation" &&
+    python3 scripts/evaluate.py "$run-avg5" --split validation "${scores[@]}" --output_dir "$run-avg5/eval-validation" ||
+        return 1
+    local chosen
+    chosen=$(python3 - "$run" <<'PY'
+import json, sys
+run = sys.argv[1]
+bleu = {path: json.load(open(f"{path}/eval-validation/results.json"))["bleu"] for path in (run, run + "-avg5")}
+print(max(bleu, key=bleu.get))  # chosen on validation; test is scored once, for this one
+PY
+    ) || return 1
+    python3 scripts/evaluate.py "$chosen" --split test_2016_flickr "${scores[@]}" --output_dir "$chosen/eval-test" ||
+        return 1
+    python3 - "$run" "$chosen" "$2" > "$1" <<'PY'
+import json, sys, torch
+run, chosen, step = sys.argv[1:]
+def read(path):
+    return json.load(open(path))
+print(json.dumps({
+    "step": step, "torch": torch.__version__,
+    "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+    "train": read(f"{run}/train_results.json"), "chosen": "averaged last 5" if chosen != run else "best checkpoint",
+    "validation_best_checkpoint": read(f"{run}/eval-validation/results.json"),
+    "validation_averaged_last_5": read(f"{run}-avg5/eval-validation/results.json"),
+    "test_chosen": read(f"{chosen}/eval-test/results.json"),
+    "trainer_log": read(f"{run}/trainer_state.json")["log_history"],
+}, indent=1))
+PY
+}
+
+run_step() {  # STEP JSON_PATH
+    case $1 in
+        checks) step_checks "$2" ;;
+        benchmark) step_benchmark "$2" ;;
+        recipe:*) step_recipe "$2" "$1" ;;
+        *) echo "session.sh: unknown step $1" >&2; return 2 ;;
+    esac
+}
+
+drive() {  # the background process: every queued step, in order
+    while read -r step; do
+        local tag; tag=$(tag_of "$step")
+        date +%s > "$work/steps/$tag.start"
+        run_step "$step" "$work/steps/$tag.json" > "$work/steps/$tag.full.log" 2>&1
+        echo $? > "$work/steps/$tag.rc"
+        date +%s > "$work/steps/$tag.end"
+    done < "$work/queue"
+}
+
+collect_and_report() {
+    local now; now=$(date +%s)
+    while read -r step; do
+        local tag state
+        tag=$(tag_of "$step")
+        if [ -f "$work/steps/$tag.rc" ]; then
+            state="done, exit $(cat "$work/steps/$tag.rc"), $(( $(cat "$work/steps/$tag.end") - $(cat "$work/steps/$tag.start") )) s"
+            if [ ! -f "$work/steps/$tag.collected" ]; then
+                tail -n 300 "$work/steps/$tag.full.log" > "$out/$tag.log"
+                [ -f "$work/steps/$tag.json" ] && cp "$work/steps/$tag.json" "$out/$tag.json"
+                touch "$work/steps/$tag.collected"
+                state="$state, files in \$OUT"
+            fi
+        elif [ -f "$work/steps/$tag.start" ]; then
+            state="running for $(( now - $(cat "$work/steps/$tag.start") )) s; last line: $(tail -n 1 "$work/steps/$tag.full.log" | tr '\r' '\n' | tail -n 1 | cut -c1-150)"
+        else
+            state="queued"
+        fi
+        printf '%-40s %s\n' "$step" "$state"
+    done < "$work/queue"
+}
+
+wait_for_steps() {
+    local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
+    while kill -0 "$(cat "$work/driver.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    collect_and_report
+    if kill -0 "$(cat "$work/driver.pid")" 2>/dev/null; then
+        echo "STILL RUNNING: call 'bash benchmarks/device/session.sh wait' now"
+    else
+        echo "ALL STEPS DONE"
+    fi
+}
+
+case ${1:-} in
+    start)
+        shift
+        [ $# -gt 0 ] || { echo "session.sh start: name one or more steps" >&2; exit 2; }
+        if [ -f "$work/driver.pid" ] && kill -0 "$(cat "$work/driver.pid")" 2>/dev/null; then
+            echo "session.sh: steps already running; use 'wait'" >&2; exit 2
+        fi
+        if [ -d device_carry/whl ]; then
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+                device_carry/whl/*.whl || exit 1
+        fi
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
+        python3 -c "import torch, transformers, accelerate, datasets, evaluate, pyarrow; print('torch', \
+torch.__version__, 'cuda', torch.cuda.is_available(), '| transformers', transformers.__version__, '| accelerate', \
+accelerate.__version__, '| datasets', datasets.__version__, '| evaluate', evaluate.__version__, '| pyarrow', \
+pyarrow.__version__)" || exit 1
+        [ -d "$data" ] || { echo "session.sh: no $data; run benchmarks/device/stage.sh here first" >&2; exit 1; }
+        rm -rf "${work:?}/steps" && mkdir -p "$work/steps"
+        printf '%s\n' "$@" > "$work/queue"
+        setsid nohup bash "$0" _drive > "$work/driver.log" 2>&1 < /dev/null &
+        echo $! > "$work/driver.pid"
+        wait_for_steps
+        ;;
+    wait) wait_for_steps ;;
+    _drive) drive ;;
+    *) echo "usage: session.sh start STEP... | wait   (steps: checks, benchmark, recipe:NAME[:ARGS])" >&2; exit 2 ;;
+esac
