@@ -100,9 +100,17 @@ class AnnotatedTransformerTranslationPipeline(Pipeline):
 
     def _forward(self, model_inputs, **generate_kwargs):
         batch_size = model_inputs["input_ids"].shape[0]
-        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        output_ids = self.model.generate(**model_inputs, **self._call_generate_kwargs(generate_kwargs))
         # (batch * num_return_sequences, length) -> (batch, num_return_sequences, length)
         return {"output_ids": output_ids.reshape(batch_size, -1, *output_ids.shape[1:])}
+
+    def _call_generate_kwargs(self, generate_kwargs: dict) -> dict:
+        """This call's `generate` arguments on top of the pipeline's: transformers' own merge where it has one, else
+        (older 5.x releases, such as 5.17) as their pipelines did: the pipeline's `generation_config`, which holds
+        the arguments given to `pipeline(...)`, unless the call passes its own."""
+        if hasattr(Pipeline, "_prepare_generate_kwargs"):
+            return self._prepare_generate_kwargs(generate_kwargs)
+        return {"generation_config": self.generation_config, **generate_kwargs}
 
     def postprocess(self, model_outputs, return_type=ReturnType.TEXT, clean_up_tokenization_spaces=False):
         records = []
