@@ -141,6 +141,7 @@ collect_and_report() {
 }
 
 wait_for_steps() {
+    [ -f "$work/queue" ] || { echo "session.sh: nothing started on this machine (a fresh one?); use 'start'" >&2; exit 2; }
     local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
     while kill -0 "$(cat "$work/driver.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     collect_and_report
