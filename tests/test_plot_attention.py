@@ -69,6 +69,19 @@ def test_one_panel_per_head_and_rows_are_distributions(model_dir):
     assert len(everything) == 3 + 2 + 2 and all(len(figure.axes) == 4 for figure in everything.values())
 
 
+def test_the_default_translation_is_the_generation_configs_greedy_one(model_dir):
+    """Without a target or max_new_tokens the plotted translation is generate()'s under the saved generation config
+    (its max_new_tokens, not transformers' fallback max_length of 20)."""
+    model, tokenizer, target_tokenizer = load_attention_model(model_dir)
+    model.generation_config.max_new_tokens = 30
+    inputs = tokenizer([SOURCE], return_tensors="pt")
+    inputs.pop("token_type_ids", None)
+    expected = model.generate(**inputs, num_beams=1, do_sample=False)[0, 1:].tolist()
+    assert len(expected) > 20  # untrained: no </s>, so the config's length decides
+    attention = sentence_attention(model, tokenizer, SOURCE, None, target_tokenizer)
+    assert len(attention.target_tokens) == 1 + len(expected) - (expected[-1] == model.config.eos_token_id)
+
+
 def test_byte_pieces_of_a_character_are_labelled_by_their_bytes(model_dir):
     _, tokenizer, _ = load_attention_model(model_dir)
     ids = tokenizer("läuft 🙂", add_special_tokens=False)["input_ids"]
