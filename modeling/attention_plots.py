@@ -120,7 +120,8 @@ def sentence_attention(
     inputs.pop("token_type_ids", None)
     start = [model.config.decoder_start_token_id]
     if target is None:
-        length = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}  # None would void the config's
+        # an explicit max_new_tokens=None would replace the generation config's length with transformers' default 20
+        length = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
         generated = model.generate(**inputs, num_beams=1, do_sample=False, **length)[0].tolist()
         target_ids = generated[1:]
         if target_ids and target_ids[-1] == model.config.eos_token_id:
