@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .model_card import averaged_model_card
 from .weight_files import (
     CHECKSUMS_NAME,
     WEIGHTS_INDEX_NAME,
@@ -118,7 +119,9 @@ def average_checkpoints(
     """Average the weights of `checkpoints` into a loadable model folder `output_dir`.
 
     The non-weight files (config, generation config, tokenizer, custom code) come from the last checkpoint given;
-    optimizer, scheduler and trainer state are left out. Returns the output directory.
+    optimizer, scheduler and trainer state are left out. The model card is the run's (the checkpoints' parent folder),
+    renamed, with the run's scores replaced by the list of averaged checkpoints (`averaged_model_card`). Returns the
+    output directory.
     """
     checkpoints = [Path(checkpoint) for checkpoint in checkpoints]
     if not checkpoints:
@@ -156,6 +159,7 @@ def average_checkpoints(
     (output_dir / "averaged_from.json").write_text(
         json.dumps({"checkpoints": [str(checkpoint) for checkpoint in checkpoints]}, indent=2) + "\n"
     )
+    averaged_model_card(newest.parent, output_dir, checkpoints)
     return output_dir
 
 

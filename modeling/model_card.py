@@ -22,6 +22,8 @@ from .schedule import NOAM
 
 TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_card.md"
 
+EVALUATION_HEADING = "## Evaluation: "  # then "<test set>, beam <n>": a section record_evaluation writes
+
 PAPER_TAGS = ["translation", "transformer", "attention-is-all-you-need", "annotated-transformer", "custom_code"]
 
 
@@ -228,19 +230,17 @@ def _format(value) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) and not math.isnan(value) else str(value)
 
 
-__all__ = ["PAPER_TAGS", "TEMPLATE_PATH", "card_data", "model_card_context", "render_model_card", "write_model_card"]
-
-
 def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: str) -> Path | None:
     """Write one evaluation (`modeling.evaluation.evaluate_model`'s results) into the model folder's card
     (README.md) as a section `## Evaluation: <test set>, beam <n>`: scores, signatures, the command. The section of
-    an earlier evaluation with the same test set and beam is replaced; a folder without a card (an averaged model)
-    gets one that starts with its name. A Hub id, which is no folder here, is left alone (returns None)."""
+    an earlier evaluation with the same test set and beam is replaced; a folder without a card (an average of an
+    unfinished run's checkpoints) gets one that starts with its name. A Hub id, which is no folder here, is left
+    alone (returns None)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         return None
     card = model_dir / "README.md"
-    heading = f"## Evaluation: {results['split']}, beam {results['num_beams']}"
+    heading = f"{EVALUATION_HEADING}{results['split']}, beam {results['num_beams']}"
     signatures = results["signatures"]
     section = "\n".join([
         heading,
@@ -267,3 +267,45 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
         text = text.rstrip("\n") + "\n\n" + section
     card.write_text(text, encoding="utf-8")
     return card
+
+
+def averaged_model_card(
+    run_dir: str | os.PathLike, output_dir: str | os.PathLike, checkpoints: Sequence[str | os.PathLike]
+) -> Path | None:
+    """Give an averaged model (`modeling.checkpoints.average_checkpoints`) the card of the run its checkpoints come
+    from, as `output_dir/README.md`: the metadata, architecture, training (hardware and time), data and command stay;
+    the name and the "How to use" id become the averaged folder's; the run's results and evaluations, which were its
+    final model's, give way to a line naming the averaged checkpoints (`scripts/evaluate.py` then adds this model's
+    own scores). Returns None, writing nothing, when the run has no card (it has not finished)."""
+    run_card = Path(run_dir) / "README.md"
+    if not run_card.is_file():
+        return None
+    card = ModelCard.load(run_card)
+    output_dir = Path(output_dir)
+    name = output_dir.resolve().name
+    card.data.model_name, card.data.eval_results = name, None
+    text = re.sub(r"^# .*$", f"# {name}", card.text, count=1, flags=re.M)
+    usage = re.search(r"^## How to use\n.*?(?=^## )", text, re.S | re.M)
+    model_id = re.search(r'from_pretrained\("([^"]+)"', usage.group(0)) if usage else None
+    if model_id:
+        text = text[: usage.start()] + usage.group(0).replace(model_id.group(1), str(output_dir)) + text[usage.end():]
+    names = ", ".join(Path(checkpoint).name for checkpoint in checkpoints)
+    results = (
+        f"## Results\n\nThe weights are the average (§6.1) of {len(checkpoints)} checkpoints of the run described "
+        f"here: {names} of `{run_dir}`. The run's own scores were those of its final model, not of this average; "
+        "`scripts/evaluate.py` adds this model's below.\n\n"
+    )
+    text = re.sub(rf"^{EVALUATION_HEADING}.*?(?=^## |\Z)", "", text, flags=re.S | re.M)  # the run's model's
+    text, found = re.subn(r"^## Results\n.*?(?=^## )", lambda _: results, text, count=1, flags=re.S | re.M)
+    if not found:
+        text = text.rstrip("\n") + "\n\n" + results.rstrip("\n") + "\n"
+    card.text = text
+    path = output_dir / "README.md"
+    card.save(path)
+    return path
+
+
+__all__ = [
+    "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "model_card_context", "record_evaluation",
+    "render_model_card", "write_model_card",
+]

@@ -23,8 +23,10 @@ from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT, accelerat
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.checkpoints import average_checkpoints, last_checkpoints
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
+from modeling.model_card import record_evaluation
 from modeling.schedule import noam_learning_rate
 from modeling.training import cpu_threads_per_process, setup_training, train
 
@@ -181,6 +183,44 @@ def test_trainer_follows_the_noam_schedule(resume_runs):
     d_model, warmup = 64, 4  # the tiny preset; --warmup_steps 4
     assert rates == pytest.approx({step: noam_learning_rate(step, d_model, warmup) for step in rates}, rel=1e-6)
     assert max(rates, key=rates.get) == warmup
+
+
+def card_section(text: str, heading: str) -> str:
+    match = re.search(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", text, re.S | re.M)
+    assert match, heading
+    return match.group(0)
+
+
+def test_an_average_of_a_runs_checkpoints_has_the_runs_card_without_its_scores(resume_runs, tmp_path):
+    straight, _ = resume_runs
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)  # a copy: the fixture's run stays as it is for the other tests
+    signatures = {"bleu": "nrefs:1|case:mixed", "chrf": "nrefs:1|nc:6", "bleu_lowercase": "nrefs:1|case:lc"}
+    record_evaluation(run, {"split": "validation", "num_beams": 4, "sentences": 4, "bleu": 12.5, "chrf": 30.0,
+                            "bleu_lowercase": 13.0, "exact_match": 0.0, "signatures": signatures}, "evaluate.py run")
+    run_card = ModelCard.load(run / "README.md")
+    assert run_card.data.eval_results and "## Evaluation: validation, beam 4" in run_card.text
+
+    output = average_checkpoints(last_checkpoints(run, 2), tmp_path / "averaged")
+    card = ModelCard.load(output / "README.md")
+    # the Hub metadata stays, but the run's results (its final model's) are not this model's
+    assert card.data.model_name == "averaged" and card.data.eval_results is None
+    assert (card.data.language, card.data.license, card.data.tags, card.data.pipeline_tag) == (
+        run_card.data.language, run_card.data.license, run_card.data.tags, run_card.data.pipeline_tag)
+    assert card.text.lstrip().startswith("# averaged\n")
+    for heading in ("## Architecture", "## Training", "## Data", "## Command"):  # hardware, time, command
+        assert card_section(card.text, heading) == card_section(run_card.text, heading)
+    usage = card_section(card.text, "## How to use")
+    assert f'from_pretrained("{output}"' in usage and str(run) not in usage
+    results = card_section(card.text, "## Results")
+    assert "checkpoint-6, checkpoint-12" in results and "| validation |" not in results
+    assert "## Evaluation:" not in card.text
+
+    record_evaluation(output, {"split": "validation", "num_beams": 4, "sentences": 4, "bleu": 14.0, "chrf": 31.0,
+                               "bleu_lowercase": 14.5, "exact_match": 0.0, "signatures": signatures},
+                      "evaluate.py averaged")  # this model's own score lands in its card
+    own = card_section((output / "README.md").read_text(), "## Evaluation: validation, beam 4")
+    assert "| 4 | 14.00 | 31.00 |" in own and "evaluate.py averaged" in own
 
 
 def test_token_budget_batches_cover_each_pair_once_per_epoch(tmp_path):
