@@ -280,7 +280,7 @@ def averaged_model_card(
     run_card = Path(run_dir) / "README.md"
     if not run_card.is_file():
         return None
-    card = ModelCard.load(run_card)
+    card = ModelCard.load(run_card, ignore_metadata_errors=True)  # a hand-edited card must not stop the averaging
     output_dir = Path(output_dir)
     name = output_dir.resolve().name
     card.data.model_name, card.data.eval_results = name, None
@@ -295,7 +295,7 @@ def averaged_model_card(
         f"here: {names} of `{run_dir}`. The run's own scores were those of its final model, not of this average; "
         "`scripts/evaluate.py` adds this model's below.\n\n"
     )
-    text = re.sub(rf"^{EVALUATION_HEADING}.*?(?=^## |\Z)", "", text, flags=re.S | re.M)  # the run's model's
+    text = re.sub(rf"^{re.escape(EVALUATION_HEADING)}.*?(?=^## |\Z)", "", text, flags=re.S | re.M)  # the run's
     text, found = re.subn(r"^## Results\n.*?(?=^## )", lambda _: results, text, count=1, flags=re.S | re.M)
     if not found:
         text = text.rstrip("\n") + "\n\n" + results.rstrip("\n") + "\n"
