@@ -1,7 +1,10 @@
-"""Uploading a trained model folder to the Hugging Face Hub with huggingface_hub's `create_repo` + `upload_folder`.
+"""Uploading a trained model folder to the Hugging Face Hub, in one commit (huggingface_hub's `create_repo` +
+`create_commit`).
 
-`hub_upload_files` lists exactly what `push_folder_to_hub` sends (the same ignore patterns, applied by
-huggingface_hub's own filter), so what would be uploaded can be checked without a network.
+The folder is checked first (`upload_problem`: a config, complete weights that match their checksums, the tokenizer);
+`hub_upload_files` lists exactly what is sent (huggingface_hub's own ignore filter), so it can be checked without a
+network; the model card is sent with its "How to use" loading the repo id (`hub_model_card`). The local folder is
+never changed.
 """
 
 from __future__ import annotations
@@ -9,13 +12,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from huggingface_hub import HfApi
+from huggingface_hub import CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-# Intermediate checkpoints stay local (they hold optimizer state); files starting with "_" are scratch.
-HUB_IGNORE_PATTERNS = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*", f"{PREFIX_CHECKPOINT_DIR}-*/**"]
+from .checkpoints import TRAINING_STATE_FILES, TRAINING_STATE_PREFIXES
+from .model_card import renamed_card
+from .translation import check_model_folder
+from .weight_files import weights_problem
+
+# Intermediate checkpoints and the state that resumes a run (optimizer, scheduler, RNG: pickles) stay local; files
+# starting with "_" are scratch.
+HUB_IGNORE_PATTERNS = [
+    "_*", f"{PREFIX_CHECKPOINT_DIR}-*", f"{PREFIX_CHECKPOINT_DIR}-*/**", *TRAINING_STATE_FILES,
+    *(f"{prefix}*" for prefix in TRAINING_STATE_PREFIXES),
+]
+MODEL_CARD_NAME = "README.md"
 
 
 class HubUploadError(RuntimeError):
@@ -32,6 +45,40 @@ def hub_upload_files(folder: str | os.PathLike) -> list[str]:
     return sorted(kept)
 
 
+def upload_problem(folder: str | os.PathLike) -> str | None:
+    """Why `folder` should not go to the Hub as a model (None if it can): it is no model folder (config, weights,
+    tokenizer), or its weights are incomplete or differ from their checksums."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return f"{folder} is not a folder: give a model folder (the output_dir of scripts/train.py or an average)"
+    try:
+        check_model_folder(folder)
+    except FileNotFoundError as error:
+        return str(error)
+    return weights_problem(folder)
+
+
+def hub_model_card(folder: str | os.PathLike, repo_id: str) -> str | None:
+    """The text of `folder`'s model card as the repo `repo_id` shows it: named after the repo, its "How to use"
+    loading `repo_id` instead of the local folder (`renamed_card`). None when the folder has no card."""
+    path = Path(folder) / MODEL_CARD_NAME
+    if not path.is_file():
+        return None
+    card = ModelCard.load(path, ignore_metadata_errors=True)
+    return renamed_card(card, repo_id, repo_id).content
+
+
+def hub_commit_operations(folder: str | os.PathLike, repo_id: str) -> list[CommitOperationAdd]:
+    """One `CommitOperationAdd` per file of `hub_upload_files(folder)`, the model card as `hub_model_card` has it."""
+    folder = Path(folder)
+    card = hub_model_card(folder, repo_id)
+
+    def content(name: str) -> bytes | str:
+        return card.encode("utf-8") if name == MODEL_CARD_NAME and card is not None else str(folder / name)
+
+    return [CommitOperationAdd(path_in_repo=name, path_or_fileobj=content(name)) for name in hub_upload_files(folder)]
+
+
 def push_folder_to_hub(
     folder: str | os.PathLike,
     repo_id: str,
@@ -42,31 +89,38 @@ def push_folder_to_hub(
     commit_message: str = "Upload model trained with annotated-transformer-hf",
     endpoint: str | None = None,
 ):
-    """Create (if needed) the model repo `repo_id` and upload `folder` to it; returns the commit info.
+    """Create (if needed) the model repo `repo_id` (and the branch `revision`) and upload `folder` to it in one
+    commit; returns the commit info.
 
     `endpoint` is the Hub's address (default: `HF_ENDPOINT`, else https://huggingface.co).
 
-    Raises `HubUploadError` with the reason (no network, no token, no permission, ...) and a way to upload later.
+    Raises ValueError naming the problem, before any network access, when the folder is not a complete model
+    (`upload_problem`), and `HubUploadError` with the reason (no network, no token, no permission, ...) and a way to
+    upload later when the upload fails.
     """
     folder = Path(folder)
-    files = hub_upload_files(folder)
+    problem = upload_problem(folder)
+    if problem is not None:
+        raise ValueError(problem)
+    operations = hub_commit_operations(folder, repo_id)
     api = HfApi(token=token, endpoint=endpoint)
     try:
         repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        return api.upload_folder(
-            repo_id=repo_url.repo_id,
-            folder_path=folder,
-            commit_message=commit_message,
-            revision=revision,
-            ignore_patterns=HUB_IGNORE_PATTERNS,
+        if revision is not None:
+            api.create_branch(repo_url.repo_id, branch=revision, exist_ok=True)
+        return api.create_commit(
+            repo_id=repo_url.repo_id, operations=operations, commit_message=commit_message, revision=revision
         )
     except Exception as error:  # network, authentication and HTTP errors all end the same way
         raise HubUploadError(
             f"Could not push {folder} to the Hub as {repo_id!r}: {type(error).__name__}: {error}\n"
-            f"The model is saved locally in {folder} ({len(files)} files). Upload it later with "
-            f"`hf upload {repo_id} {folder} --exclude '{PREFIX_CHECKPOINT_DIR}-*'` once the Hub is reachable "
-            "and you are logged in (`hf auth login`)."
+            f"The model is saved locally in {folder} ({len(operations)} files). Upload it later with "
+            f"`python scripts/push_to_hub.py {folder} {repo_id}` once the Hub is reachable and you are logged in "
+            "(`hf auth login`)."
         ) from error
 
 
-__all__ = ["HUB_IGNORE_PATTERNS", "HubUploadError", "hub_upload_files", "push_folder_to_hub"]
+__all__ = [
+    "HUB_IGNORE_PATTERNS", "MODEL_CARD_NAME", "HubUploadError", "hub_commit_operations", "hub_model_card",
+    "hub_upload_files", "push_folder_to_hub", "upload_problem",
+]

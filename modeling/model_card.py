@@ -269,6 +269,19 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
     return card
 
 
+def renamed_card(card: ModelCard, name: str, model_id: str) -> ModelCard:
+    """`card` for the same model under another name: its heading and `model_name` become `name`, and the id its
+    "How to use" section loads (a folder or a Hub repo id) becomes `model_id`. The rest stays as it is."""
+    card.data.model_name = name
+    text = re.sub(r"^# .*$", lambda _: f"# {name}", card.text, count=1, flags=re.M)
+    usage = re.search(r"^## How to use\n.*?(?=^## |\Z)", text, re.S | re.M)
+    loaded = re.search(r'from_pretrained\("([^"]+)"', usage.group(0)) if usage else None
+    if loaded:
+        text = text[: usage.start()] + usage.group(0).replace(loaded.group(1), model_id) + text[usage.end():]
+    card.text = text
+    return card
+
+
 def averaged_model_card(
     run_dir: str | os.PathLike, output_dir: str | os.PathLike, checkpoints: Sequence[str | os.PathLike]
 ) -> Path | None:
@@ -282,13 +295,9 @@ def averaged_model_card(
         return None
     card = ModelCard.load(run_card, ignore_metadata_errors=True)  # a hand-edited card must not stop the averaging
     output_dir = Path(output_dir)
-    name = output_dir.resolve().name
-    card.data.model_name, card.data.eval_results = name, None
-    text = re.sub(r"^# .*$", f"# {name}", card.text, count=1, flags=re.M)
-    usage = re.search(r"^## How to use\n.*?(?=^## )", text, re.S | re.M)
-    model_id = re.search(r'from_pretrained\("([^"]+)"', usage.group(0)) if usage else None
-    if model_id:
-        text = text[: usage.start()] + usage.group(0).replace(model_id.group(1), str(output_dir)) + text[usage.end():]
+    card = renamed_card(card, output_dir.resolve().name, str(output_dir))
+    card.data.eval_results = None
+    text = card.text
     names = ", ".join(Path(checkpoint).name for checkpoint in checkpoints)
     results = (
         f"## Results\n\nThe weights are the average (§6.1) of {len(checkpoints)} checkpoints of the run described "
@@ -307,5 +316,5 @@ def averaged_model_card(
 
 __all__ = [
     "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "model_card_context", "record_evaluation",
-    "render_model_card", "write_model_card",
+    "render_model_card", "renamed_card", "write_model_card",
 ]

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -18,8 +19,16 @@ import psutil
 import pytest
 import torch
 import yaml
+from hub_helpers import FakeHub
 from huggingface_hub import ModelCard
-from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT, accelerate_launch, score_in_a_fresh_process
+from launch_helpers import (
+    QUICK,
+    REPO_ROOT,
+    SCRIPT_ENV,
+    TRAIN_SCRIPT,
+    accelerate_launch,
+    score_in_a_fresh_process,
+)
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
@@ -131,18 +140,94 @@ def test_model_card_template_fields_must_all_be_given():
         render_model_card({"card_data": ""})
 
 
-def test_push_without_network_fails_clearly_and_leaves_the_folder_intact(ddp_run):
+def folder_digests(folder: Path) -> dict[Path, str]:
+    return {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def push_script(monkeypatch, *argv: str) -> int:
+    """scripts/push_to_hub.py run in this process: its exit status."""
+    monkeypatch.setattr(sys, "argv", ["push_to_hub.py", *argv])
+    try:
+        runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"), run_name="__main__")
+    except SystemExit as exit:
+        return exit.code
+    return 0
+
+
+def test_push_without_network_fails_clearly_and_leaves_the_folder_intact(ddp_run, monkeypatch, capsys):
+    import huggingface_hub.constants
+
     output_dir, _ = ddp_run
-
-    def snapshot():
-        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(output_dir.rglob("*")) if p.is_file()}
-
-    before = snapshot()
+    before = folder_digests(output_dir)
     with pytest.raises(HubUploadError, match=r"Could not push .* as 'someone/transformer-copy'[\s\S]*saved locally"):
         push_folder_to_hub(
             output_dir, "someone/transformer-copy", token="hf_not_a_token", endpoint="http://127.0.0.1:9"
         )
-    assert snapshot() == before
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    assert push_script(monkeypatch, str(output_dir), "someone/transformer-copy", "--token", "hf_not_a_token") == 1
+    error = capsys.readouterr().err
+    assert error.startswith("push_to_hub.py: error: Could not push") and "saved locally" in error
+    assert folder_digests(output_dir) == before
+
+
+def test_push_script_uploads_the_model_in_one_commit_whose_card_loads_the_repo_id(ddp_run, monkeypatch, capsys):
+    import huggingface_hub.constants
+
+    output_dir, _ = ddp_run
+    before = folder_digests(output_dir)
+    with FakeHub() as hub:  # the real huggingface_hub client, a Hub on localhost
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+        status = push_script(monkeypatch, str(output_dir), "someone/transformer-copy", "--token", "hf_not_a_token",
+                             "--revision", "v1", "--commit_message", "first model")
+    assert status == 0
+    assert capsys.readouterr().out.startswith(f"Pushed {len(hub_upload_files(output_dir))} files of {output_dir} to ")
+    assert [repo["repo_id"] for repo in hub.repos] == ["someone/transformer-copy"]
+    assert hub.branches == [("someone/transformer-copy", "v1")]
+    (commit,) = hub.commits
+    assert (commit["repo_id"], commit["revision"]) == ("someone/transformer-copy", "v1")
+    assert commit["summary"] == "first model"
+    sent = commit["files"]
+    assert sorted(sent) == hub_upload_files(output_dir)
+    assert not [name for name in sent if name.startswith("checkpoint-") or name.endswith((".pt", ".pth", ".bin"))]
+    checkpoint = sorted(output_dir.glob("checkpoint-*"))[-1]
+    assert (checkpoint / "optimizer.pt").is_file() and "optimizer.pt" not in hub_upload_files(checkpoint)
+    assert all(content == (output_dir / name).read_bytes() for name, content in sent.items() if name != "README.md")
+
+    card, local = ModelCard(sent["README.md"].decode()), ModelCard.load(output_dir / "README.md")
+    assert card.text.lstrip().startswith("# someone/transformer-copy\n")
+    usage = card_section(card.text, "## How to use")
+    assert 'from_pretrained("someone/transformer-copy", trust_remote_code=True)' in usage
+    assert str(output_dir) not in usage
+    for heading in ("## Architecture", "## Training", "## Results", "## Command"):
+        assert card_section(card.text, heading) == card_section(local.text, heading)
+    assert card.data.eval_results == local.data.eval_results
+    assert folder_digests(output_dir) == before  # the local folder, its card included, is not changed
+
+
+def test_push_script_dry_run_lists_the_files_and_bad_folders_are_refused_before_any_network(
+    ddp_run, tmp_path, monkeypatch, capsys
+):
+    output_dir, _ = ddp_run
+    assert push_script(monkeypatch, str(output_dir), "someone/transformer-copy", "--dry_run") == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].startswith(f"Would upload {len(hub_upload_files(output_dir))} files of {output_dir}")
+    assert [line.strip() for line in listed[1:]] == hub_upload_files(output_dir)
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(output_dir, corrupt, ignore=shutil.ignore_patterns("checkpoint-*"))
+    weights = corrupt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    cases = [
+        ((str(corrupt), "someone/copy"), r"model\.safetensors is not a complete safetensors file: .* truncated"),
+        ((str(tmp_path / "missing"), "someone/copy"), "is not a folder"),
+        ((str(tmp_path), "someone/copy"), "holds no config.json"),
+        ((str(output_dir), "someone/not a name"), "is not a Hub repo id"),
+    ]
+    for argv, message in cases:
+        assert push_script(monkeypatch, *argv) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("push_to_hub.py: error: ") and len(error.strip().splitlines()) == 1
+        assert re.search(message, error), error
 
 
 # ---- in-process runs: resume, Noam in the Trainer, token-budget batches ----------------------------------------------
@@ -289,6 +374,19 @@ def test_push_to_hub_after_training_fails_clearly_without_network(tmp_path, monk
         run_in_process(tmp_path, "--max_steps", "2", "--eval_strategy", "no", "--max_eval_samples", "4",
                        "--max_test_samples", "4", "--push_to_hub", "--hub_model_id", "someone/copy-model")
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(hub_upload_files(tmp_path))
+
+
+def test_push_to_hub_after_training_sends_the_output_folder(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_token")
+    with FakeHub() as hub:
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+        run_in_process(tmp_path, "--max_steps", "2", "--eval_strategy", "no", "--max_eval_samples", "4",
+                       "--max_test_samples", "4", "--push_to_hub", "--hub_model_id", "someone/copy-model")
+    (commit,) = hub.commits
+    assert commit["repo_id"] == "someone/copy-model" and sorted(commit["files"]) == hub_upload_files(tmp_path)
+    assert 'from_pretrained("someone/copy-model"' in commit["files"]["README.md"].decode()
 
 
 # ---- arguments -------------------------------------------------------------------------------------------------------
