@@ -39,6 +39,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
+
 logger = logging.getLogger(__name__)
 
 # Ids 0..3, in this order; the model config defaults (pad 0, bos/decoder_start 1, eos 2) match them.
@@ -46,7 +48,6 @@ SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = SPECIAL_TOKENS
 PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID, UNK_TOKEN_ID = range(len(SPECIAL_TOKENS))
 
-TARGET_TOKENIZER_SUBDIR = "target_tokenizer"
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
 _TEXT_BATCH_SIZE = 1000

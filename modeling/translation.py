@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .batching import TokenBudgetBatchSampler
-from .tokenization import TARGET_TOKENIZER_SUBDIR
+from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR, load_target_tokenizer
 from .weight_files import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 logger = logging.getLogger(__name__)
@@ -115,9 +115,7 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
         raise FileNotFoundError(
             f"{model_name_or_path} is not a local model folder, and loading it as a Hub id failed ({error})"
         ) from None
-    target_tokenizer = tokenizer
-    if (path / TARGET_TOKENIZER_SUBDIR).is_dir():
-        target_tokenizer = AutoTokenizer.from_pretrained(path / TARGET_TOKENIZER_SUBDIR)
+    target_tokenizer = load_target_tokenizer(model_name_or_path) or tokenizer  # a folder's or a Hub repo's
     model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=True, dtype=torch.float32)
     return model.to(device).eval(), tokenizer, target_tokenizer
 

@@ -17,7 +17,10 @@ from transformers.dynamic_module_utils import get_imports
 
 import modeling.pipeline_annotated_transformer as pipeline_module
 from modeling import AnnotatedTransformerTranslationPipeline
-from modeling.tokenization import TARGET_TOKENIZER_SUBDIR, save_tokenizers, train_tokenizer
+from modeling.tokenization import (
+    save_tokenizers,
+    train_tokenizer,
+)
 from modeling.translation import load_translation_model
 
 GENERATION = {"num_beams": 2, "max_new_tokens": 6}  # max_new_tokens < the source lengths, so it shows
@@ -50,8 +53,6 @@ def test_saved_folder_carries_the_pipeline_file_and_config_entry(model_dir):
     }}
     # It travels as custom code: only libraries that a transformers user has.
     assert set(get_imports(pipeline_module.__file__)) <= {"enum", "os", "transformers"}
-    # The subfolder name is written in the pipeline file too (it cannot import the package): the same name.
-    assert pipeline_module.TARGET_TOKENIZER_SUBDIR == TARGET_TOKENIZER_SUBDIR
 
 
 FRESH_PROCESS = WITHOUT_THIS_PACKAGE + textwrap.dedent(
