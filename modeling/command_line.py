@@ -27,11 +27,21 @@ def positive_int(value: str) -> int:
 
 
 def check_output_file(path: Path, option: str = "--output") -> None:
-    """Raise ValueError unless `path` can be created as a file (its folder exists, it is not a folder)."""
+    """Raise ValueError unless `path` can be written as a file (not a folder; its folder exists and takes files):
+    checked before any work whose result would then be lost. An existing file is opened, not changed; a new one is
+    created and removed again."""
     if path.is_dir():
         raise ValueError(f"{option} {path} is a directory; give a file path")
     if not path.parent.is_dir():
         raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{option} {path} cannot be written: {error.strerror or error}") from None
+    if not existed:
+        path.unlink()
 
 
 def read_stdin_lines() -> list[str]:

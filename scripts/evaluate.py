@@ -86,7 +86,7 @@ def main(argv=None) -> None:
             max_tokens=args.max_tokens, max_new_tokens=args.max_new_tokens, device=device, progress=progress,
         )
         record_evaluation(args.model, results, shlex.join(["python", "scripts/evaluate.py", *(argv or sys.argv[1:])]))
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:  # OSError: also weights that changed on disk (CorruptWeightsError)
         parser.error(str(error))
     print(f"{summary_line(results)} -> {output_dir}")
 

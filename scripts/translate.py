@@ -102,9 +102,10 @@ def main(argv=None) -> None:
                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_tokens=args.max_tokens,
                 progress=progress,
             )
-    except (FileNotFoundError, ImportError, ValueError) as error:  # ImportError: CTranslate2 is not installed
+        write_lines(translations, args.output)
+    # ImportError: CTranslate2 is not installed; OSError: also weights that changed on disk (CorruptWeightsError)
+    except (ImportError, OSError, ValueError) as error:
         parser.error(str(error).splitlines()[0] if str(error) else repr(error))
-    write_lines(translations, args.output)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +199,25 @@ def test_the_command_line_runs_with_the_evaluate_library_despite_its_name(model_
         f"evaluate.py: error: --source {source} has 2 lines but --reference {reference} has 1; line N of the "
         "reference must translate line N of the source\n"
     )
+
+
+@pytest.mark.parametrize("script", ["translate.py", "evaluate.py"])
+def test_weights_changed_on_disk_are_named_in_one_line_and_nothing_is_written(
+    script, model_dir, tmp_path, monkeypatch, capsys
+):
+    changed = tmp_path / "model"
+    shutil.copytree(model_dir, changed)
+    weights = bytearray((changed / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # one bit of one weight
+    (changed / "model.safetensors").write_bytes(bytes(weights))
+    source = tmp_path / "s.txt"
+    source.write_text("1 2\n")
+    before = sorted(tmp_path.rglob("*"))
+    arguments = {"translate.py": ["--input", source, "--output", tmp_path / "out.txt"],
+                 "evaluate.py": ["--source", source, "--reference", source]}[script]
+    monkeypatch.setattr(sys, "argv", [script, *map(str, [changed, *arguments])])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO_ROOT / "scripts" / script), run_name="__main__")
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, script, r"model\.safetensors does not match its SHA-256")
+    assert sorted(tmp_path.rglob("*")) == before

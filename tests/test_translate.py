@@ -226,6 +226,9 @@ BAD_ARGUMENTS = {
                                         r"holds a PyTorch model, not a CTranslate2 one \(model\.bin\): "
                                         r"export it with scripts/export_ctranslate2\.py .*model\d* OUTPUT_DIR"),
 }
+if Path("/proc").is_dir():  # a folder that takes no new files, even for root
+    BAD_ARGUMENTS["output cannot be written"] = (["1 2", "--output", "/proc/out.txt"],
+                                                  r"--output /proc/out\.txt cannot be written: ")
 BROKEN_FOLDERS = {"no weights": "model.safetensors", "no tokenizer": "tokenizer.json", "no config": "config.json"}
 
 
