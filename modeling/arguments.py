@@ -214,12 +214,32 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     auto_mixed_precision: bool = field(
         default=True,
         metadata={
-            "help": "On a CUDA GPU, train in bf16 (fp16 where bf16 is missing) unless --bf16/--fp16 or accelerate's "
-            "--mixed_precision chose a precision; on a CPU train in fp32 (--bf16 works there, --fp16 does not)."
+            "help": "On a CUDA GPU, train in bf16 (fp16 where bf16 is missing) unless --bf16/--fp16 (true or false) or "
+            "accelerate's --mixed_precision bf16/fp16 chose a precision; on a CPU train in fp32 (--bf16 works there, "
+            "--fp16 does not)."
         },
+    )
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "Train in bf16 mixed precision (true) or not (false); unset: see --auto_mixed_precision."},
+    )
+    fp16: bool | None = field(
+        default=None,
+        metadata={"help": "Train in fp16 mixed precision, GPU only (true) or not (false); unset: see "
+                  "--auto_mixed_precision."},
     )
 
     def __post_init__(self):
+        if SchedulerType(self.lr_scheduler_type) != SchedulerType.LINEAR:  # transformers' flag, not read here
+            raise ValueError(
+                f"--lr_scheduler_type {self.lr_scheduler_type} is not read here: choose the schedule with "
+                f"--lr_scheduler (noam, the default, or one of transformers': {', '.join(LR_SCHEDULERS[1:])})."
+            )
+        if not self.predict_with_generate:
+            raise ValueError(
+                "--predict_with_generate false is not supported: evaluation scores generated translations (BLEU, "
+                "chrF), and the best checkpoint is chosen on them; use --eval_strategy no to train without it."
+            )
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"Unknown --lr_scheduler {self.lr_scheduler!r}; choose one of {list(LR_SCHEDULERS)}.")
         if self.lr_scheduler != NOAM:
@@ -270,13 +290,20 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
                 "fp16 mixed precision needs a GPU (--fp16 or accelerate's --mixed_precision fp16); on a CPU use "
                 "--bf16 true or leave the precision out (fp32)."
             )
-        precision_chosen = self.bf16 or self.fp16 or launcher_precision != "no"
-        if self.auto_mixed_precision and has_gpu and not self.use_cpu and not precision_chosen:
-            if torch.cuda.is_bf16_supported():
-                self.bf16 = True
-            else:
-                self.fp16 = True
+        automatic = self.auto_mixed_precision and has_gpu and not self.use_cpu
+        self.bf16, self.fp16 = mixed_precision(self.bf16, self.fp16, launcher_precision, automatic)
         super().__post_init__()
+
+
+def mixed_precision(
+    bf16: bool | None, fp16: bool | None, launcher_precision: str, automatic: bool
+) -> tuple[bool, bool]:
+    """(bf16, fp16) for a run: as --bf16/--fp16 say when either is given (true or false) or accelerate's
+    --mixed_precision chose bf16/fp16 (`launcher_precision`); otherwise, when `automatic` (a CUDA GPU and
+    --auto_mixed_precision), bf16, or fp16 on a GPU without bf16; otherwise neither (fp32)."""
+    if bf16 is not None or fp16 is not None or launcher_precision != "no" or not automatic:
+        return bool(bf16), bool(fp16)
+    return (True, False) if torch.cuda.is_bf16_supported() else (False, True)
 
 
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, TransformerTrainingArguments)
@@ -450,6 +477,12 @@ def validate_arguments(
             f"{config.max_position_embeddings} positions of the model; lower --max_length or raise "
             "--max_position_embeddings"
         )
+    if (training_args.generation_max_length or 0) > config.max_position_embeddings:
+        raise ConfigurationError(
+            f"--generation_max_length {training_args.generation_max_length} (the decoder start token included) "
+            f"exceeds the {config.max_position_embeddings} positions of the model; lower it or raise "
+            "--max_position_embeddings"
+        )
     for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
         value = getattr(data_args, name)
         if value is not None and value < 1:
@@ -497,6 +530,7 @@ __all__ = [
     "TransformerTrainingArguments",
     "build_parser",
     "check_output_dir",
+    "mixed_precision",
     "model_config",
     "parse_arguments",
     "read_config_file",

@@ -31,7 +31,7 @@ from launch_helpers import (
 )
 from safetensors.torch import load_file
 
-from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.arguments import ConfigurationError, mixed_precision, parse_arguments
 from modeling.checkpoints import average_checkpoints, last_checkpoints
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
@@ -357,6 +357,19 @@ def test_bf16_on_the_cpu_autocasts_the_steps_and_keeps_fp32_weights(tmp_path):
     assert "| precision | bf16 |" in (tmp_path / "bf16" / "README.md").read_text()
 
 
+@pytest.mark.parametrize("bf16_supported", [True, False])
+def test_a_gpu_run_is_mixed_precision_unless_a_precision_is_given_even_false(monkeypatch, bf16_supported):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16_supported)
+    automatic = (True, False) if bf16_supported else (False, True)
+    assert mixed_precision(None, None, "no", automatic=True) == automatic
+    assert mixed_precision(False, None, "no", automatic=True) == (False, False)  # --bf16 false: fp32
+    assert mixed_precision(None, False, "no", automatic=True) == (False, False)
+    assert mixed_precision(None, True, "no", automatic=True) == (False, True)
+    assert mixed_precision(None, None, "bf16", automatic=True) == (False, False)  # accelerate's autocast decides
+    assert mixed_precision(None, None, "no", automatic=False) == (False, False)  # a CPU, --auto_mixed_precision false
+    assert parse_arguments(["--bf16", "false"])[2].bf16 is False and parse_arguments([])[2].bf16 is False  # a CPU
+
+
 @pytest.mark.parametrize("argv, environment", [(["--fp16", "true"], "no"), ([], "fp16")])
 def test_fp16_on_the_cpu_is_refused_rather_than_silently_run_in_fp32(monkeypatch, argv, environment):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", environment)  # what `accelerate launch --mixed_precision` sets
@@ -440,6 +453,9 @@ def test_config_file_values_are_defaults_that_flags_override(tmp_path):
     [
         (["--lr_scheduler", "cosine_annealing"], r"Unknown --lr_scheduler 'cosine_annealing'; choose one of \['noam'"),
         (["--lr_scheduler", "noam", "--warmup_steps", "0"], r"noam needs --warmup_steps > 0"),
+        # transformers' flags that this script would otherwise ignore or crash on after training
+        (["--lr_scheduler_type", "cosine"], r"--lr_scheduler_type cosine is not read here: .* --lr_scheduler"),
+        (["--predict_with_generate", "false"], r"--predict_with_generate false is not supported"),
     ],
 )
 def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
@@ -479,6 +495,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
         (["--tokenizer_name_or_path", "."], r"^--tokenizer_name_or_path \. is not a directory with a tokenizer.json"),
         (["--config", "no/such.yaml"], r"^--config no/such.yaml: the file does not exist"),
         (["--max_length", "300"], r"^--max_length 300 .* exceeds the 256 positions"),
+        (["--generation_max_length", "257"], r"^--generation_max_length 257 .* exceeds the 256 positions"),
         (["--label_smoothing_factor", "0.1"], r"^label smoothing is set twice"),
         # found in the data: the tokenizer is trained, but nothing is written
         (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
