@@ -40,12 +40,16 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory of checkpoints")
-    found = [(int(m.group(1)), path) for path in directory.iterdir() if (m := CHECKPOINT_PATTERN.match(path.name))]
-    return [path for _, path in sorted(found)]
+    return sorted((path for path in directory.iterdir() if CHECKPOINT_PATTERN.match(path.name)), key=checkpoint_step)
 
 
 def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
-    """The `n` newest checkpoints of a training output directory."""
+    """The `n` newest checkpoints of a training output directory: the last `n` saves.
+
+    With `save_total_limit` the Trainer keeps the best checkpoint (on `metric_for_best_model`) beside the newest ones,
+    so an old best one can sit among the `n` newest folders although it is not one of the last `n` saves (a gap
+    in the steps, well beyond the saving interval, right after it): that is refused, naming it, rather than averaged.
+    """
     if n < 1:
         raise ValueError(f"the number of checkpoints to average must be >= 1, got {n}")
     checkpoints = list_checkpoints(directory)
@@ -54,7 +58,30 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
             f"asked for the last {n} checkpoints, but {directory} holds {len(checkpoints)}: "
             f"{[path.name for path in checkpoints]}"
         )
-    return checkpoints[-n:]
+    chosen = checkpoints[-n:]
+    steps = [checkpoint_step(path) for path in chosen]
+    gaps = [later - earlier for earlier, later in zip(steps, steps[1:])]
+    if len(gaps) >= 2 and chosen[0].name == kept_best_checkpoint(chosen[-1]) and gaps[0] > 1.5 * max(gaps[1:]):
+        raise ValueError(
+            f"{chosen[0].name} is not one of the last {n} saves of {directory}: it is the best checkpoint, which the "
+            f"Trainer keeps beside the newest ones when save_total_limit is reached. Average --last {n - 1}, name "
+            f"the checkpoints with --checkpoints, or train with save_total_limit {n + 1}"
+        )
+    return chosen
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The optimizer step of a `checkpoint-<step>` folder."""
+    return int(CHECKPOINT_PATTERN.match(checkpoint.name).group(1))
+
+
+def kept_best_checkpoint(checkpoint: Path) -> str | None:
+    """The folder name of the best checkpoint as of `checkpoint` (its `trainer_state.json`), None when unknown."""
+    try:
+        best = json.loads((checkpoint / TRAINER_STATE_NAME).read_text(encoding="utf-8")).get("best_model_checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(best).name if best else None
 
 
 def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:

@@ -52,6 +52,27 @@ def test_checkpoints_are_ordered_by_step_not_by_name(run_dir):
         last_checkpoints(run, 4)
 
 
+@pytest.mark.parametrize("best, saves, refused", [
+    (200, (200, 1000, 1200, 1400, 1600), True),  # the best, kept by save_total_limit 5, is not among the last 5 saves
+    (1000, (800, 1000, 1200, 1400, 1600), False),  # the best is one of the last 5 saves
+    (1600, (800, 1000, 1200, 1400, 1600), False),
+    (None, (200, 1000, 1200, 1400, 1600), False),  # no best recorded: saves at odd times are the user's
+    (7, (7, 16, 24, 31, 40), False),  # epochs of token-budget batches: uneven, but consecutive
+])
+def test_the_last_n_saves_do_not_include_an_old_best_checkpoint_the_trainer_kept(tmp_path, best, saves, refused):
+    state = {"best_model_checkpoint": None if best is None else str(tmp_path / f"checkpoint-{best}")}
+    for step in saves:
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    if refused:
+        with pytest.raises(ValueError, match=rf"checkpoint-{best} is not one of the last 5 saves of .*: it is the best "
+                                             r"checkpoint.*Average --last 4, .* or train with save_total_limit 6"):
+            last_checkpoints(tmp_path, 5)
+        assert [path.name for path in last_checkpoints(tmp_path, 4)] == [f"checkpoint-{step}" for step in saves[1:]]
+    else:
+        assert [path.name for path in last_checkpoints(tmp_path, 5)] == [f"checkpoint-{step}" for step in saves]
+
+
 def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_dir, tmp_path):
     run, models = run_dir
     output = average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "averaged")
