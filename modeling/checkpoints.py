@@ -30,9 +30,11 @@ from .weight_files import (
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE_NAME = "trainer_state.json"
-# Training state that belongs to one checkpoint only; not copied into the averaged model.
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", TRAINER_STATE_NAME, "training_args.bin")
-TRAINING_STATE_PREFIXES = ("rng_state",)
+# Training state that belongs to one checkpoint only (the Trainer's; under FSDP also accelerate's optimizer.bin and
+# pytorch_model_fsdp.bin, or folders optimizer_0/ and pytorch_model_fsdp_0/): not copied into an averaged model, not
+# uploaded to the Hub.
+TRAINING_STATE_FILES = (TRAINER_STATE_NAME, "training_args.bin")
+TRAINING_STATE_PREFIXES = ("optimizer", "scheduler", "scaler", "rng_state", "pytorch_model_fsdp")
 
 
 def list_checkpoints(directory: str | os.PathLike) -> list[Path]:

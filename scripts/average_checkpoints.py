@@ -27,6 +27,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if (args.checkpoints is None) == (args.run_dir is None):
         parser.error("give either run_dir (with --last N) or --checkpoints, not both")
+    if args.checkpoints is not None and args.last is not None:
+        parser.error("--last N picks checkpoints of run_dir; with --checkpoints, list the ones to average")
     try:
         if args.checkpoints is not None:
             checkpoints = args.checkpoints

@@ -1,6 +1,7 @@
 """Checkpoint averaging (§6.1): the averaged weights are the mean of the checkpoints' tensors and load as a model."""
 
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
 from modeling.checkpoints import average_checkpoints, average_state_dicts, last_checkpoints, list_checkpoints
+from modeling.hub import hub_upload_files
 from modeling.tokenization import train_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +29,10 @@ def save_checkpoint(directory, seed: int, tokenizer):
     model = AnnotatedTransformerForConditionalGeneration(config)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    torch.save({"state": "optimizer"}, directory / "optimizer.pt")
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin",
+                 "optimizer.bin", "pytorch_model_fsdp.bin", "optimizer_0/__0_0.distcp"):  # the last three: FSDP's
+        (directory / name).parent.mkdir(exist_ok=True)
+        torch.save({"state": name}, directory / name)
     (directory / "trainer_state.json").write_text(json.dumps({"global_step": seed}))
     return model
 
@@ -97,7 +102,11 @@ def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_d
     names = {path.name for path in output.iterdir()}
     assert {"config.json", "generation_config.json", "tokenizer.json", "modeling_annotated_transformer.py",
             "configuration_annotated_transformer.py"} <= names
-    assert not names & {"optimizer.pt", "trainer_state.json"}
+    assert names.isdisjoint({"optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin", "trainer_state.json",
+                             "optimizer.bin", "pytorch_model_fsdp.bin", "optimizer_0"})
+    uploaded = hub_upload_files(run / "checkpoint-10")  # nor does a checkpoint's upload to the Hub
+    assert "model.safetensors" in uploaded
+    assert [name for name in uploaded if not name.endswith((".json", ".safetensors", ".py", ".sha256"))] == []
 
 
 def test_average_state_dicts_keeps_dtypes_and_non_float_tensors():
@@ -155,9 +164,17 @@ def test_script_averages_the_last_n(run_dir, tmp_path, monkeypatch, capsys):
     assert json.loads((output / "averaged_from.json").read_text())["checkpoints"][-1].endswith("checkpoint-100")
 
 
-def test_script_needs_a_count_or_a_list(run_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("argv, message", [
+    (["{run}"], "with run_dir, say how many checkpoints to average: --last N"),
+    (["--checkpoints", "{run}/checkpoint-9", "{run}/checkpoint-10", "--last", "1"], "with --checkpoints, list"),
+    (["{run}", "--checkpoints", "{run}/checkpoint-9"], "give either run_dir .* or --checkpoints, not both"),
+])
+def test_script_needs_a_count_or_a_list(run_dir, tmp_path, monkeypatch, capsys, argv, message):
     run, _ = run_dir
-    monkeypatch.setattr(sys, "argv", ["average_checkpoints.py", str(run), "--output_dir", str(tmp_path / "x")])
+    argv = [arg.format(run=run) for arg in argv]
+    monkeypatch.setattr(sys, "argv", ["average_checkpoints.py", *argv, "--output_dir", str(tmp_path / "x")])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(REPO_ROOT / "scripts" / "average_checkpoints.py"), run_name="__main__")
     assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "x").exists()
