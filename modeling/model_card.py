@@ -1,4 +1,4 @@
-"""The model card (`README.md` of a trained model folder), rendered from the repository's `model_card.md` template.
+"""The model card (`README.md` of a trained model folder), rendered from the template `modeling/model_card.md`.
 
 The template is Jinja2 (as `huggingface_hub.ModelCard.from_template` uses) rendered strictly: a field missing from
 the context is an error, not an empty string. The metadata header comes from `huggingface_hub.ModelCardData`, so
@@ -20,7 +20,7 @@ from .data import SYNTHETIC_TASKS
 from .hardware import device_name
 from .schedule import NOAM
 
-TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_card.md"
+TEMPLATE_PATH = Path(__file__).resolve().parent / "model_card.md"
 
 EVALUATION_HEADING = "## Evaluation: "  # then "<test set>, beam <n>": a section record_evaluation writes
 
