@@ -8,8 +8,9 @@ import torch
 
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from .tokenization import SPECIAL_TOKENS
 
-FIRST_SYMBOL = 4  # ids 0-3 are <pad> <s> </s> <unk>
+FIRST_SYMBOL = len(SPECIAL_TOKENS)  # ids 0-3 are <pad> <s> </s> <unk>, as the tokenizer numbers them
 
 
 def copy_batch(batch_size: int, length: int, vocab_size: int, eos_token_id: int, generator: torch.Generator):

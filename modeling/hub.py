@@ -18,7 +18,7 @@ from huggingface_hub.utils import filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .checkpoints import TRAINING_STATE_FILES, TRAINING_STATE_PREFIXES
-from .model_card import renamed_card
+from .model_card import MODEL_CARD_NAME, renamed_card
 from .translation import check_model_folder
 from .weight_files import weights_problem
 
@@ -28,7 +28,6 @@ HUB_IGNORE_PATTERNS = [
     "_*", f"{PREFIX_CHECKPOINT_DIR}-*", f"{PREFIX_CHECKPOINT_DIR}-*/**", *TRAINING_STATE_FILES,
     *(f"{prefix}*" for prefix in TRAINING_STATE_PREFIXES),
 ]
-MODEL_CARD_NAME = "README.md"
 
 
 class HubUploadError(RuntimeError):
@@ -121,6 +120,6 @@ def push_folder_to_hub(
 
 
 __all__ = [
-    "HUB_IGNORE_PATTERNS", "MODEL_CARD_NAME", "HubUploadError", "hub_commit_operations", "hub_model_card",
+    "HUB_IGNORE_PATTERNS", "HubUploadError", "hub_commit_operations", "hub_model_card",
     "hub_upload_files", "push_folder_to_hub", "upload_problem",
 ]

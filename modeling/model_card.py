@@ -21,6 +21,7 @@ from .hardware import device_name
 from .schedule import NOAM
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "model_card.md"
+MODEL_CARD_NAME = "README.md"  # the card's file in a model folder (and on the Hub)
 
 EVALUATION_HEADING = "## Evaluation: "  # then "<test set>, beam <n>": a section record_evaluation writes
 
@@ -92,7 +93,7 @@ def write_model_card(
     output_dir: str | os.PathLike, context: Mapping, template_path: str | os.PathLike | None = None
 ) -> Path:
     """Render the card and write it as `output_dir/README.md`."""
-    path = Path(output_dir) / "README.md"
+    path = Path(output_dir) / MODEL_CARD_NAME
     path.write_text(render_model_card(context, template_path), encoding="utf-8")
     return path
 
@@ -114,7 +115,7 @@ def model_card_context(
         else data_args.dataset_name or Path(data_args.data_dir).resolve().name
     )
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
-    parameters = sum(parameter.numel() for parameter in trainer.model.parameters())
+    parameters = trainer.model.num_parameters()
     if config.norm_first:
         norm = "pre-norm: x + Sublayer(LayerNorm(x))"
     else:
@@ -239,7 +240,7 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         return None
-    card = model_dir / "README.md"
+    card = model_dir / MODEL_CARD_NAME
     heading = f"{EVALUATION_HEADING}{results['split']}, beam {results['num_beams']}"
     signatures = results["signatures"]
     section = "\n".join([
@@ -290,7 +291,7 @@ def averaged_model_card(
     the name and the "How to use" id become the averaged folder's; the run's results and evaluations, which were its
     final model's, give way to a line naming the averaged checkpoints (`scripts/evaluate.py` then adds this model's
     own scores). Returns None, writing nothing, when the run has no card (it has not finished)."""
-    run_card = Path(run_dir) / "README.md"
+    run_card = Path(run_dir) / MODEL_CARD_NAME
     if not run_card.is_file():
         return None
     card = ModelCard.load(run_card, ignore_metadata_errors=True)  # a hand-edited card must not stop the averaging
@@ -309,12 +310,12 @@ def averaged_model_card(
     if not found:
         text = text.rstrip("\n") + "\n\n" + results.rstrip("\n") + "\n"
     card.text = text
-    path = output_dir / "README.md"
+    path = output_dir / MODEL_CARD_NAME
     card.save(path)
     return path
 
 
 __all__ = [
-    "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "model_card_context", "record_evaluation",
-    "render_model_card", "renamed_card", "write_model_card",
+    "MODEL_CARD_NAME", "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "model_card_context",
+    "record_evaluation", "render_model_card", "renamed_card", "write_model_card",
 ]

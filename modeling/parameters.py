@@ -10,7 +10,7 @@ def count_parameters(config: AnnotatedTransformerConfig) -> int:
     """Trainable parameters, each tied matrix counted once; built on the meta device, so no memory is used."""
     with torch.device("meta"):
         model = AnnotatedTransformerForConditionalGeneration(config)
-    return sum(parameter.numel() for parameter in model.parameters())
+    return model.num_parameters()
 
 
 def preset_parameter_counts(vocab_size: int = 37000, tie_word_embeddings: bool = True) -> dict[str, int]:

@@ -1,13 +1,12 @@
 """Print the parameter count of each model preset (the paper's base model is ~65M with a 37k shared vocabulary)."""
 
-import argparse
-
+from modeling.command_line import OneLineErrorParser, positive_int
 from modeling.parameters import preset_parameter_counts
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--vocab_size", type=int, default=37000, help="shared vocabulary size (WMT EN-DE: 37000)")
+    parser = OneLineErrorParser(description=__doc__)
+    parser.add_argument("--vocab_size", type=positive_int, default=37000, help="shared vocabulary size (WMT EN-DE: 37000)")
     parser.add_argument("--untied", action="store_true", help="separate source/target embeddings and output matrix")
     args = parser.parse_args(argv)
     counts = preset_parameter_counts(args.vocab_size, tie_word_embeddings=not args.untied)

@@ -74,3 +74,26 @@ def test_base_preset_has_the_papers_parameter_count():
     assert 60e6 < counts["base"] < 66e6  # Table 3: 65M
     assert 205e6 < counts["big"] < 220e6  # Table 3: 213M
     assert counts["tiny"] < counts["base"] < counts["big"]
+
+
+def test_count_parameters_script_prints_each_preset_and_refuses_a_bad_vocabulary(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    from modeling.parameters import preset_parameter_counts
+
+    script = str(Path(__file__).resolve().parents[1] / "scripts" / "count_parameters.py")
+    monkeypatch.setattr(sys, "argv", ["count_parameters.py", "--vocab_size", "8000", "--untied"])
+    runpy.run_path(script, run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    counts = preset_parameter_counts(vocab_size=8000, tie_word_embeddings=False)
+    assert [line.split(":")[0].strip() for line in lines] == list(counts)
+    assert all(f"{count:,} parameters" in line and "untied" in line for line, count in zip(lines, counts.values()))
+    assert counts["base"] > preset_parameter_counts(vocab_size=8000)["base"]  # untied: two more embedding matrices
+
+    monkeypatch.setattr(sys, "argv", ["count_parameters.py", "--vocab_size", "0"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(script, run_name="__main__")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "count_parameters.py: error: argument --vocab_size: must be >= 1, got 0\n"
