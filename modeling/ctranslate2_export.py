@@ -35,7 +35,7 @@ from transformers import GenerationConfig
 
 from .modeling_annotated_transformer import sinusoidal_positional_encoding
 from .tokenization import load_tokenizers, save_tokenizers
-from .translation import check_ctranslate2_folder, load_translation_model
+from .translation import CTRANSLATE2_MODEL_FILE, load_translation_model
 
 try:
     import ctranslate2
@@ -230,7 +230,10 @@ def load_ctranslate2_translator(
     sees a GPU, else cpu); `compute_type`: default (the stored weight type), int8, float16, ...; `intra_threads`: CPU
     threads (0 = CTranslate2's default)."""
     ct2 = require_ctranslate2()
-    check_ctranslate2_folder(model_dir)
+    if not (Path(model_dir) / CTRANSLATE2_MODEL_FILE).is_file():
+        raise FileNotFoundError(
+            f"{model_dir} holds no {CTRANSLATE2_MODEL_FILE}: export a model with scripts/export_ctranslate2.py"
+        )
     if device is None:
         device = "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
     kind, _, index = device.partition(":")
