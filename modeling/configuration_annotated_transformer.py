@@ -49,7 +49,8 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         tie_word_embeddings: True = source embedding, target embedding and pre-softmax projection share one
             matrix (§3.4); False = three separate matrices (separate source/target vocabularies).
         label_smoothing: epsilon_ls of §5.4, applied by the model's own loss (KL divergence to the smoothed
-            target, padding excluded, normalised per non-pad token).
+            target, padding excluded, normalised per non-pad token). 0 by default (the loss is then the
+            cross-entropy, as in transformers' other models); `scripts/train.py` sets the paper's 0.1.
         layer_norm_eps: LayerNorm epsilon.
         init_scheme: "deepnet" (the default: "fairseq" with DeepNet's smaller Xavier gain for the value,
             attention-output and feed-forward matrices, so each post-norm sublayer starts near the identity; the

@@ -8,6 +8,7 @@ import torch
 
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from .schedule import get_noam_schedule
 from .tokenization import SPECIAL_TOKENS
 
 FIRST_SYMBOL = len(SPECIAL_TOKENS)  # ids 0-3 are <pad> <s> </s> <unk>, as the tokenizer numbers them
@@ -21,15 +22,17 @@ def copy_batch(batch_size: int, length: int, vocab_size: int, eos_token_id: int,
 
 
 def train_copy_task(steps: int = 350, batch_size: int = 64, length: int = 10, vocab_size: int = 14,
-                    learning_rate: float = 3e-3, warmup: int = 50, seed: int = 0, **config_overrides):
-    """Train a tiny model on the copy task; returns (model, token accuracy of greedy decoding on held-out data)."""
+                    noam_factor: float = 0.25, warmup: int = 100, seed: int = 0, **config_overrides):
+    """Train a tiny model on the copy task with Adam and the Noam schedule (§5.3; `noam_factor` is its factor, as
+    the base learning rate of `get_noam_schedule`); returns (model, token accuracy of greedy decoding on held-out
+    data)."""
     torch.manual_seed(seed)
     config = AnnotatedTransformerConfig.from_preset(
         "tiny", **{"vocab_size": vocab_size, "dropout": 0.0, "label_smoothing": 0.1, **config_overrides}
     )
     model = AnnotatedTransformerForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    optimizer = torch.optim.Adam(model.parameters(), lr=noam_factor, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = get_noam_schedule(optimizer, config.d_model, warmup)  # §5.3
     generator = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(steps):

@@ -1,27 +1,28 @@
 import pytest
 import torch
-from model_helpers import VOCAB, padded_batch, tiny_model
+from model_helpers import VOCAB, assert_varied, generating_model, padded_batch
 from transformers.cache_utils import EncoderDecoderCache
 
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
 def model(request):
-    return tiny_model(seed=3, norm_first=request.param)
+    return generating_model(norm_first=request.param)
 
 
 def test_greedy_with_cache_equals_without_cache(model):
     input_ids, attention_mask = padded_batch()
     with_cache = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=12, use_cache=True)
     without = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=12, use_cache=False)
-    assert with_cache.shape[1] > 2
+    assert_varied(with_cache)
     assert torch.equal(with_cache, without)
 
 
 def test_beam_search_with_cache_equals_without_cache(model):
     input_ids, attention_mask = padded_batch()
     kwargs = dict(attention_mask=attention_mask, max_new_tokens=10, num_beams=4)
-    assert torch.equal(model.generate(input_ids, use_cache=True, **kwargs),
-                       model.generate(input_ids, use_cache=False, **kwargs))
+    with_cache = model.generate(input_ids, use_cache=True, **kwargs)
+    assert_varied(with_cache)
+    assert torch.equal(with_cache, model.generate(input_ids, use_cache=False, **kwargs))
 
 
 def test_static_cache_decoding_compiles_without_graph_breaks(model):
@@ -33,6 +34,7 @@ def test_static_cache_decoding_compiles_without_graph_breaks(model):
     input_ids, attention_mask = padded_batch()
     kwargs = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=False)
     dynamic = model.generate(input_ids, **kwargs)
+    assert_varied(dynamic)
     assert torch.equal(model.generate(input_ids, cache_implementation="static", **kwargs), dynamic)
     graphs = []
 
@@ -82,6 +84,7 @@ def test_padded_batch_equals_each_sentence_alone(model):
     input_ids, attention_mask = padded_batch()
     for kwargs in (dict(), dict(num_beams=3)):
         batch = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, **kwargs)
+        assert_varied(batch)
         for row, length in enumerate((7, 4)):
             alone = model.generate(input_ids[row : row + 1, :length], max_new_tokens=10, **kwargs)[0]
             assert torch.equal(batch[row, : alone.shape[0]], alone)
@@ -94,6 +97,7 @@ def test_beam_search_returns_sorted_hypotheses(model):
                          num_return_sequences=3, length_penalty=0.6, no_repeat_ngram_size=2,
                          output_scores=True, return_dict_in_generate=True)
     assert out.sequences.shape[0] == 6
+    assert_varied(out.sequences)
     scores = out.sequences_scores.view(2, 3)
     assert torch.all(scores[:, :-1] >= scores[:, 1:])
     eos = model.config.eos_token_id
@@ -109,11 +113,13 @@ def test_sampling_is_reproducible_and_respects_top_k(model):
                   temperature=0.7)
     torch.manual_seed(1)
     first = model.generate(input_ids, **kwargs)
+    assert_varied(first)
     torch.manual_seed(1)
     again = model.generate(input_ids, use_cache=False, **kwargs)
     assert torch.equal(first, again)
     # top_k=1 sampling is greedy decoding
     greedy = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8)
+    assert_varied(greedy)
     torch.manual_seed(2)
     top1 = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8, do_sample=True, top_k=1)
     assert torch.equal(greedy, top1)

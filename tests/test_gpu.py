@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 from launch_helpers import REPO_ROOT, accelerate_launch, score_in_a_fresh_process
-from model_helpers import padded_batch, tiny_model
+from model_helpers import assert_varied, generating_model, padded_batch, tiny_model
 from safetensors.torch import load_file
 
 from modeling.data import synthetic_task_dataset
@@ -40,10 +40,12 @@ def test_sdpa_in_bf16_is_as_accurate_as_eager_in_bf16():
 
 
 def test_cached_generation_equals_uncached_on_the_gpu():
-    model = tiny_model().cuda()
+    model = generating_model().cuda()
     input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch())
     settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=3, max_length=12)
-    assert torch.equal(model.generate(**settings, use_cache=True), model.generate(**settings, use_cache=False))
+    cached = model.generate(**settings, use_cache=True)
+    assert_varied(cached)
+    assert torch.equal(cached, model.generate(**settings, use_cache=False))
 
 
 def test_main_job_on_one_gpu_trains_in_bf16_and_learns_the_copy_task(tmp_path):

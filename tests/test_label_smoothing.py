@@ -82,13 +82,18 @@ def test_padding_positions_do_not_contribute():
     model = tiny_model(0.1)
     input_ids, labels = batch()
     with torch.no_grad():
-        loss = model(input_ids=input_ids, labels=labels).loss
         logits = model(input_ids=input_ids, labels=labels).logits
-    # Changing the logits at excluded positions leaves the loss unchanged.
+    # Changing the logits at excluded positions (-100 and padding labels) leaves the model's loss unchanged...
     changed = logits.clone()
     excluded = (labels == -100) | (labels == PAD)
+    assert excluded.sum() == 3
     changed[excluded] = torch.randn_like(changed[excluded]) * 10
-    assert reference_loss(changed, labels, 0.1).item() == pytest.approx(loss.item(), rel=1e-5)
+    loss_sum, tokens = label_smoothed_loss(logits, labels, 0.1, PAD)
+    changed_sum, changed_tokens = label_smoothed_loss(changed, labels, 0.1, PAD)
+    assert changed_sum.item() == pytest.approx(loss_sum.item(), rel=1e-6) and changed_tokens == tokens == 15 - 3
+    # ...while changing one kept position does change it.
+    changed[0, 0] += torch.randn(VOCAB) * 10
+    assert label_smoothed_loss(changed, labels, 0.1, PAD)[0].item() != pytest.approx(loss_sum.item(), rel=1e-3)
 
 
 def test_zero_smoothing_is_cross_entropy_over_non_pad_tokens():

@@ -214,9 +214,14 @@ def test_eager_mask_fill_is_the_dtype_minimum():
     assert torch.all(out.cross_attentions[0][1, :, :, 4:] == 0)
     # Future decoder positions too.
     assert torch.all(torch.triu(out.decoder_attentions[0][0, 0], diagonal=1) == 0)
-    half = tiny_model(attn_implementation="eager").to(torch.bfloat16)
-    logits = half(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :3]).logits
-    assert torch.isfinite(logits.float()).all()
+    # In half precision too, with a fully padded row (every score masked): The Annotated Transformer's -1e9 fill is
+    # -inf in float16, and such a row would be NaN.
+    fully_padded = attention_mask.clone()
+    fully_padded[1] = 0
+    for dtype in (torch.bfloat16, torch.float16):
+        half = tiny_model(attn_implementation="eager").to(dtype)
+        logits = half(input_ids=input_ids, attention_mask=fully_padded, decoder_input_ids=input_ids[:, :3]).logits
+        assert torch.isfinite(logits.float()).all(), dtype
 
 
 def test_eager_and_sdpa_agree():
