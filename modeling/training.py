@@ -11,6 +11,7 @@ the data, and writes nothing into output_dir until every check has passed: a bad
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -32,7 +33,7 @@ from .arguments import (
     model_config,
     validate_arguments,
 )
-from .checkpoints import checkpoint_problem, list_checkpoints
+from .checkpoints import TRAINER_STATE_NAME, checkpoint_problem, list_checkpoints
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
@@ -72,6 +73,25 @@ def resolve_checkpoint(training_args) -> str | None:
     if problem is not None:
         raise ConfigurationError(f"--resume_from_checkpoint {value} cannot be resumed from: {problem}")
     return str(value)
+
+
+def refuse_finished_run(checkpoint: str, training_args) -> None:
+    """Refuse to resume from a checkpoint that already reached the end this run asks for (--max_steps, else
+    --num_train_epochs): the Trainer would take one more step anyway and replace the run's final model."""
+    state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+    step, epoch = state.get("global_step", 0), state.get("epoch") or 0
+    if training_args.max_steps > 0:
+        if step < training_args.max_steps:
+            return
+        reached = f"step {step}, and --max_steps is {training_args.max_steps}"
+    elif epoch >= training_args.num_train_epochs:
+        reached = f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
+    else:
+        return
+    raise ConfigurationError(
+        f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
+        "it is); raise --max_steps or --num_train_epochs to train it further"
+    )
 
 
 def refuse_earlier_run(training_args, resuming: bool) -> None:
@@ -218,6 +238,8 @@ def setup_training(
     config = validate_arguments(model_args, data_args, training_args)
     checkpoint = resolve_checkpoint(training_args)
     resuming = checkpoint is not None
+    if resuming:
+        refuse_finished_run(checkpoint, training_args)
     refuse_earlier_run(training_args, resuming)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes
@@ -367,6 +389,7 @@ __all__ = [
     "check_token_budget",
     "cpu_threads_per_process",
     "load_corpus",
+    "refuse_finished_run",
     "resolve_checkpoint",
     "setup_training",
     "train",

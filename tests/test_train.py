@@ -262,6 +262,19 @@ def test_resume_continues_schedule_optimizer_and_data_order(resume_runs):
         torch.testing.assert_close(final_resumed[name], final_straight[name], rtol=1e-4, atol=1e-5)
 
 
+def test_resuming_a_finished_run_is_refused_and_changes_nothing(resume_runs):
+    straight, _ = resume_runs
+    before = folder_digests(straight)
+    common = ["--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "64", "--max_tokens", "128",
+              "--max_eval_samples", "4", "--max_test_samples", "4", "--resume_from_checkpoint", "last"]
+    with pytest.raises(ConfigurationError, match=r"checkpoint-12 is at step 12, and --max_steps is 12: that run is "
+                                                 r"finished .* raise --max_steps"):
+        run_in_process(straight, *common, "--max_steps", "12")
+    with pytest.raises(ConfigurationError, match=r"checkpoint-12 is at epoch [\d.]+, and --num_train_epochs is 1"):
+        run_in_process(straight, *common, "--max_steps", "-1", "--num_train_epochs", "1")
+    assert folder_digests(straight) == before
+
+
 def test_trainer_follows_the_noam_schedule(resume_runs):
     straight, _ = resume_runs
     rates = log_by_step(straight, "learning_rate")
