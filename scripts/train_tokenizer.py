@@ -18,6 +18,7 @@ from pathlib import Path
 import datasets
 
 from modeling.arguments import check_output_dir
+from modeling.checkpoints import holds_model
 from modeling.command_line import OneLineErrorParser, positive_int
 from modeling.data import load_parallel_corpus
 from modeling.tokenization import (
@@ -49,6 +50,7 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--min_frequency", type=positive_int, default=2)
     parser.add_argument("--model_max_length", type=positive_int, default=1024)
     parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite", action="store_true", help="replace a tokenizer already in --output_dir")
     return parser
 
 
@@ -70,6 +72,14 @@ def main(argv=None):
             if not path.is_file():
                 raise ValueError(f"--files: {path} does not exist or is not a file")
         check_output_dir(args.output_dir)
+        output_dir = Path(args.output_dir)
+        if holds_model(output_dir):
+            raise ValueError(
+                f"--output_dir {output_dir} holds a model, whose embeddings belong to its own tokenizer: save the new "
+                "tokenizer in another folder"
+            )
+        if (output_dir / "tokenizer.json").exists() and not args.overwrite:
+            raise ValueError(f"--output_dir {output_dir} already holds a tokenizer; replace it with --overwrite")
         settings = dict(vocab_size=args.vocab_size, min_frequency=args.min_frequency,
                         model_max_length=args.model_max_length)
         start = time.perf_counter()

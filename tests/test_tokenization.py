@@ -212,6 +212,8 @@ def test_cli_trains_and_saves_loadable_tokenizers(tmp_path):
     text_file.write_text("\n".join(CORPUS), encoding="utf-8")
     main(["--files", str(text_file), "--output_dir", str(tmp_path / "files"), "--vocab_size", "320"])
     assert len(AutoTokenizer.from_pretrained(tmp_path / "files")) <= 320
+    main(["--files", str(text_file), "--output_dir", str(tmp_path / "files"), "--vocab_size", "270", "--overwrite"])
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "files")) <= 270  # replaced
 
     main(["--data", "reverse", "--separate", "--output_dir", str(tmp_path / "pair"), "--vocab_size", "280"])
     assert isinstance(load_tokenizers(tmp_path / "pair"), tuple)
@@ -234,10 +236,20 @@ def _cli_main():
         (["--files", "no/such.txt"], r"--files: no/such.txt does not exist or is not a file"),
         (["--files", "no/such.txt", "--separate"], r"--separate needs --data"),
         (["--output_dir", "{tmp}/file/tok"], r"--output_dir .*/file/tok: .*/file is a file, not a folder"),
+        (["--output_dir", "{tmp}/model"], r"--output_dir .*/model holds a model, whose embeddings belong to its own "
+                                          "tokenizer"),
+        (["--output_dir", "{tmp}/model", "--overwrite"], r"--output_dir .*/model holds a model"),
+        (["--output_dir", "{tmp}/tokenizer"], r"--output_dir .*/tokenizer already holds a tokenizer; replace it with "
+                                              "--overwrite"),
     ],
 )
 def test_cli_refuses_bad_arguments_on_one_line_before_writing(tmp_path, capsys, extra, message):
     (tmp_path / "file").write_text("")
+    for folder, files in (("model", ("config.json", "tokenizer.json")), ("tokenizer", ("tokenizer.json",))):
+        (tmp_path / folder).mkdir()
+        for name in files:
+            (tmp_path / folder / name).write_text("{}")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
     extra = [argument.replace("{tmp}", str(tmp_path)) for argument in extra]
     with pytest.raises(SystemExit) as exit_info:
         _cli_main()(["--output_dir", str(tmp_path / "tok"), *extra])
@@ -246,6 +258,7 @@ def test_cli_refuses_bad_arguments_on_one_line_before_writing(tmp_path, capsys, 
     assert error.count("\n") == 1 and error.startswith("train_tokenizer.py: error: "), error
     assert re.search(message, error), error
     assert not (tmp_path / "tok").exists() and not (tmp_path / "file").is_dir()
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
 
 def test_cli_missing_data_dir_is_one_line_without_a_traceback(tmp_path):
