@@ -197,17 +197,23 @@ def export_ctranslate2(
     force: bool = False,
 ) -> Path:
     """Convert the model folder written by `scripts/train.py` to a CTranslate2 model in `output_dir`, with the
-    tokenizer(s) and generation config beside it. An existing `output_dir` is refused unless `force` (then replaced).
+    tokenizer(s) and generation config beside it. An existing `output_dir` is refused unless `force`, which replaces
+    an empty folder or an earlier export, nothing else.
     `quantization`: a CTranslate2 weight type (int8, int8_float16, int16, float16, bfloat16, float32, ...) or None
     to keep float32. Everything is checked before anything is written."""
     require_ctranslate2()
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     if quantization is not None and quantization not in model_spec.ACCEPTED_MODEL_TYPES:
         raise ValueError(f"quantization {quantization!r} is not one of {', '.join(model_spec.ACCEPTED_MODEL_TYPES)}")
-    if output_dir.exists() and not force:
-        raise FileExistsError(f"output folder {output_dir} already exists: pass --force (force=True) to replace it")
     if output_dir.exists() and not output_dir.is_dir():
         raise FileExistsError(f"output path {output_dir} is a file, not a folder")
+    if output_dir.exists() and not force:
+        raise FileExistsError(f"output folder {output_dir} already exists: pass --force (force=True) to replace it")
+    if output_dir.exists() and any(output_dir.iterdir()) and not (output_dir / CTRANSLATE2_MODEL_FILE).is_file():
+        raise FileExistsError(
+            f"output folder {output_dir} holds files but no earlier export ({CTRANSLATE2_MODEL_FILE}); --force only "
+            "replaces an export: choose another folder"
+        )
     if output_dir.resolve() in (model_dir.resolve(), *model_dir.resolve().parents):
         raise ValueError(f"output folder {output_dir} holds the model folder {model_dir}: replacing it would delete it")
     model, tokenizer, target_tokenizer = load_translation_model(model_dir, device="cpu")

@@ -22,7 +22,7 @@ def build_parser() -> OneLineErrorParser:
         help="weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32 "
         "(default: the model's float32)",
     )
-    parser.add_argument("--force", action="store_true", help="replace output_dir if it exists")
+    parser.add_argument("--force", action="store_true", help="replace output_dir if it is empty or an earlier export")
     return parser
 
 

@@ -190,5 +190,13 @@ def test_existing_output_is_refused_unless_forced(tmp_path, monkeypatch, capsys)
         run_script(monkeypatch, model_dir, tmp_path, "--force")  # would delete the model folder inside it
     assert exit_info.value.code == 2 and (model_dir / "config.json").is_file()
 
-    run_script(monkeypatch, model_dir, output_dir, "--force", "--quantization", "float16")
-    assert not (output_dir / "notes.txt").exists() and (output_dir / "model.bin").is_file()
+    with pytest.raises(SystemExit) as exit_info:  # --force replaces an export, not a folder of other files
+        run_script(monkeypatch, model_dir, output_dir, "--force")
+    assert exit_info.value.code == 2 and "holds files but no earlier export" in capsys.readouterr().err
+    assert [path.name for path in output_dir.iterdir()] == ["notes.txt"]
+
+    (output_dir / "notes.txt").unlink()
+    run_script(monkeypatch, model_dir, output_dir, "--quantization", "int8", "--force")  # an empty folder
+    int8_size = (output_dir / "model.bin").stat().st_size
+    run_script(monkeypatch, model_dir, output_dir, "--force", "--quantization", "float16")  # an earlier export
+    assert (output_dir / "model.bin").stat().st_size > int8_size  # replaced by the float16 export
