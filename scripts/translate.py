@@ -66,6 +66,8 @@ def main(argv=None) -> None:
         if args.input is not None and not args.input.is_file():
             raise ValueError(f"--input {args.input} does not exist or is not a file")
         if args.output is not None:
+            if args.input is not None and args.output.resolve() == args.input.resolve():
+                raise ValueError(f"--output {args.output} is the --input file: its sentences would be overwritten")
             check_output_file(args.output)
         ctranslate2 = args.engine == "ctranslate2"
         if ctranslate2:

@@ -212,6 +212,8 @@ BAD_ARGUMENTS = {
     "missing input": (["--input", "{tmp}/missing.txt"], r"--input .*missing\.txt does not exist"),
     "output is a folder": (["1 2", "--output", "{tmp}"], r"--output .* is a directory"),
     "output folder missing": (["1 2", "--output", "{tmp}/nowhere/out.txt"], r"the folder .*nowhere does not exist"),
+    "output is the input": (["--input", "{latin1}", "--output", "{tmp}/./latin1.txt"],
+                            r"--output .*latin1\.txt is the --input file: its sentences would be overwritten"),
     "no weights": (["1 2"], r"no-model\.safetensors holds no weights \(model\.safetensors or"),
     "no tokenizer": (["1 2"], r"no-tokenizer\.json holds no tokenizer\.json"),
     "no config": (["1 2"], r"no-config\.json holds no config\.json"),
