@@ -23,11 +23,13 @@ import torch
 import yaml
 from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
 from .command_line import OneLineErrorParser
 from .configuration_annotated_transformer import INIT_SCHEMES, PRESETS, AnnotatedTransformerConfig
 from .data import SYNTHETIC_TASKS
+from .evaluation import METRIC_NAMES
 from .schedule import NOAM
 from .tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
 
@@ -259,10 +261,15 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             )
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"--max_tokens must be a positive number of tokens, got {self.max_tokens}.")
-        for name in ("pad_to_multiple_of", "generation_num_beams", "generation_max_length"):
+        minimums = {"pad_to_multiple_of": 1, "generation_num_beams": 1, "per_device_eval_batch_size": 1,
+                    "gradient_accumulation_steps": 1, "seed": 0,
+                    "generation_max_length": 2}  # the decoder start token and one generated token
+        for name, minimum in minimums.items():
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name} must be at least 1, got {value}.")
+            if value is not None and value < minimum:
+                raise ValueError(f"--{name} must be at least {minimum}, got {value}.")
+        if self.seed >= 2**32:
+            raise ValueError(f"--seed must be below 2**32, got {self.seed}.")
         strategies = [strategy.value for strategy in IntervalStrategy]
         if self.eval_strategy not in strategies:
             raise ValueError(f"Unknown --eval_strategy {self.eval_strategy!r}; choose one of {strategies}.")
@@ -491,6 +498,17 @@ def validate_arguments(
         raise ConfigurationError(
             f"label smoothing is set twice: --label_smoothing {model_args.label_smoothing} (the model's loss) and "
             f"--label_smoothing_factor {training_args.label_smoothing_factor} (transformers'); set one of them to 0"
+        )
+    metric = training_args.metric_for_best_model
+    if metric is not None and metric.removeprefix("eval_") not in ("loss", *METRIC_NAMES):
+        raise ConfigurationError(
+            f"--metric_for_best_model {metric} is not an evaluation metric; choose one of {['loss', *METRIC_NAMES]}"
+        )
+    unknown = [name for name in training_args.report_to if name not in ("all", "none", *INTEGRATION_TO_CALLBACK)]
+    if unknown:
+        raise ConfigurationError(
+            f"--report_to {' '.join(unknown)}: not a logger transformers knows; choose from none, all, "
+            f"{', '.join(INTEGRATION_TO_CALLBACK)}"
         )
     if training_args.push_to_hub and not training_args.hub_model_id:
         raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/transformer-multi30k-de-en)")

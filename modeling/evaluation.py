@@ -72,6 +72,10 @@ def corpus_scores(
     )
 
 
+# What TranslationMetrics returns (the Trainer adds the loss): names --metric_for_best_model may choose from.
+METRIC_NAMES = ("bleu", "chrf", "exact_match", "gen_len", "sentences")
+
+
 class TranslationMetrics:
     """`compute_metrics` for one evaluation set: BLEU, chrF, exact match (percentages), mean generated length and the
     number of sentences scored. The sacreBLEU signatures of the last call are kept in `signatures`.
@@ -240,6 +244,7 @@ def summary_line(results: dict) -> str:
 
 __all__ = [
     "HYPOTHESES_FILE",
+    "METRIC_NAMES",
     "RESULTS_FILE",
     "EvaluationSet",
     "TranslationMetrics",

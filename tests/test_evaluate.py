@@ -15,7 +15,7 @@ import pytest
 from launch_helpers import assert_one_line_error
 from test_translate import random_digits, save_copy_model
 
-from modeling.evaluation import build_compute_metrics, corpus_scores
+from modeling.evaluation import METRIC_NAMES, build_compute_metrics, corpus_scores
 from modeling.tokenization import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +75,7 @@ def test_training_metrics_keep_their_keys_and_scores(model_dir):
     predictions = tokenizer(references, padding=True, return_tensors="np")["input_ids"]
     metrics = compute_metrics(type("EvalPrediction", (), {"predictions": predictions})())
     assert metrics == {"bleu": 100.0, "chrf": 100.0, "exact_match": 100.0, "gen_len": 6.5, "sentences": 2}
+    assert tuple(metrics) == METRIC_NAMES  # what --metric_for_best_model is checked against
     assert set(compute_metrics.signatures) == {"bleu", "chrf"}
 
 

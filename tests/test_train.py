@@ -509,6 +509,14 @@ def test_unknown_config_keys_are_refused(tmp_path):
         (["--config", "no/such.yaml"], r"^--config no/such.yaml: the file does not exist"),
         (["--max_length", "300"], r"^--max_length 300 .* exceeds the 256 positions"),
         (["--generation_max_length", "257"], r"^--generation_max_length 257 .* exceeds the 256 positions"),
+        (["--generation_max_length", "1"], r"^--generation_max_length must be at least 2, got 1"),
+        (["--per_device_eval_batch_size", "0"], r"^--per_device_eval_batch_size must be at least 1, got 0"),
+        (["--gradient_accumulation_steps", "0"], r"^--gradient_accumulation_steps must be at least 1, got 0"),
+        (["--seed", "-1"], r"^--seed must be at least 0, got -1"),
+        (["--seed", str(2**32)], r"^--seed must be below 2\*\*32"),
+        (["--metric_for_best_model", "blue"], r"^--metric_for_best_model blue is not an evaluation metric; choose "
+                                              r"one of \['loss', 'bleu', 'chrf'"),
+        (["--report_to", "tensorbored"], r"^--report_to tensorbored: not a logger transformers knows"),
         (["--label_smoothing_factor", "0.1"], r"^label smoothing is set twice"),
         # found in the data: the tokenizer is trained, but nothing is written
         (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
