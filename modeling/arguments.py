@@ -356,6 +356,25 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return values
 
 
+def config_value(name: str, value, converter, config_path: Path):
+    """A config file's `value` for the flag `name` checked as the command line checks it (set_defaults does not):
+    a number for an int or float flag (YAML reads 1e-9 without a dot as a string; 5.5 is no integer; true is no
+    number), text for a text flag. Lists and mappings go to the dataclasses' own checks."""
+    if value is None or isinstance(value, (list, dict)):
+        return value
+    if converter is str:
+        return value if isinstance(value, str) else str(value)
+    if converter not in (int, float):
+        return value
+    kind = "an integer" if converter is int else "a number"
+    if isinstance(value, bool) or (converter is int and isinstance(value, float) and not value.is_integer()):
+        raise ConfigurationError(f"{name}: {value!r} in {config_path} is not {kind}")
+    try:
+        return converter(value)
+    except ValueError:
+        raise ConfigurationError(f"{name}: {value!r} in {config_path} is not {kind}") from None
+
+
 def parse_arguments(
     argv: Sequence[str] | None = None, default_config: str | os.PathLike | None = None
 ) -> tuple[ModelArguments, DataArguments, TransformerTrainingArguments, Path | None]:
@@ -380,13 +399,7 @@ def parse_arguments(
                 "'--' (see scripts/train.py --help)"
             )
         for name, value in values.items():
-            converter = actions[name].type
-            if isinstance(value, str) and converter in (int, float):
-                try:
-                    values[name] = converter(value)  # YAML reads 1e-9 (no dot) as a string
-                except ValueError:
-                    kind = "an integer" if converter is int else "a number"
-                    raise ConfigurationError(f"{name}: {value!r} in {config_path} is not {kind}") from None
+            values[name] = config_value(name, value, actions[name].type, config_path)
         parser.set_defaults(**values)
     try:
         *outputs, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)

@@ -548,6 +548,9 @@ def test_model_arguments_are_checked_before_the_corpus_is_loaded(tmp_path, monke
         ("- 1\n", r"^--config .*bad.yaml must hold a mapping of argument names to values, got a list"),
         ("adam_epsilon: tiny\n", r"^adam_epsilon: 'tiny' in .*bad.yaml is not a number"),
         ("d_model: [64]\n", r"^--d_model \[64\]: Field 'd_model' expected int, got list"),
+        ("max_steps: 5.5\n", r"^max_steps: 5.5 in .*bad.yaml is not an integer"),
+        ("max_steps: true\n", r"^max_steps: True in .*bad.yaml is not an integer"),
+        ("save_total_limit: 2.5\n", r"^save_total_limit: 2.5 in .*bad.yaml is not an integer"),
     ],
 )
 def test_bad_config_files_are_refused(tmp_path, text, message):
