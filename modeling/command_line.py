@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -45,15 +45,29 @@ def check_output_file(path: Path, option: str = "--output") -> None:
 
 
 def read_stdin_lines() -> list[str]:
-    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one."""
-    try:
+    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one.
+    The bytes are decoded as UTF-8 strictly, whatever the locale's error handler (C.UTF-8 passes bad bytes on)."""
+    if hasattr(sys.stdin, "buffer"):
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"standard input is not valid UTF-8 ({error.reason} at byte {error.start})") from None
+    else:  # a text stream put in its place
         text = sys.stdin.read()
-    except UnicodeDecodeError as error:
-        raise ValueError(f"standard input is not valid UTF-8 ({error.reason} at byte {error.start})") from None
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def check_utf8_arguments(texts: Sequence[str], name: str) -> None:
+    """Raise ValueError naming the argument (`name`, numbered when there are several) unless each command-line text
+    is valid UTF-8 (Python passes undecodable bytes of sys.argv on as lone surrogates)."""
+    for number, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name if len(texts) == 1 else f'{name} {number}'} is not valid UTF-8") from None
 
 
 def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
@@ -65,4 +79,7 @@ def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-__all__ = ["OneLineErrorParser", "check_output_file", "positive_int", "read_stdin_lines", "write_lines"]
+__all__ = [
+    "OneLineErrorParser", "check_output_file", "check_utf8_arguments", "positive_int", "read_stdin_lines",
+    "write_lines",
+]

@@ -11,7 +11,7 @@ Without --target the decoder side is the model's greedy translation. Needs matpl
 import argparse
 
 from modeling.attention_plots import ATTENTION_KINDS, plot_attention
-from modeling.command_line import OneLineErrorParser
+from modeling.command_line import OneLineErrorParser, check_utf8_arguments
 
 
 def build_parser() -> OneLineErrorParser:
@@ -34,6 +34,8 @@ def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_utf8_arguments([args.source], "the source sentence")
+        check_utf8_arguments([args.target] if args.target is not None else [], "--target")
         paths = plot_attention(
             args.model, args.source, args.output_dir, target=args.target, kinds=args.kinds, layers=args.layers,
             heads=args.heads, max_new_tokens=args.max_new_tokens,

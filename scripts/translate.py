@@ -20,7 +20,14 @@ from pathlib import Path
 
 import transformers
 
-from modeling.command_line import OneLineErrorParser, check_output_file, positive_int, read_stdin_lines, write_lines
+from modeling.command_line import (
+    OneLineErrorParser,
+    check_output_file,
+    check_utf8_arguments,
+    positive_int,
+    read_stdin_lines,
+    write_lines,
+)
 from modeling.tokenization import read_lines
 from modeling.translation import (
     ENGINES,
@@ -83,6 +90,7 @@ def main(argv=None) -> None:
             check_model_folder(args.model)
             device = resolve_device(args.device)
         if args.texts:
+            check_utf8_arguments(args.texts, "sentence")
             texts = args.texts
         elif args.input is not None:
             texts = list(read_lines(args.input))

@@ -281,6 +281,14 @@ def test_command_line_errors_and_warnings_in_a_subprocess(model_dir, tmp_path):
                           "--output", str(output)], capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and not output.exists()
     assert bad.stderr == "translate.py: error: argument --num_beams: must be >= 1, got 0\n"
+    # Bytes that are not UTF-8, on standard input and as an argument (Python's C.UTF-8 locale passes both on).
+    for argv, stdin, message in (([], b"1 2\n3 \xff\n", "standard input is not valid UTF-8 (invalid start byte at "
+                                                        "byte 6)"),
+                                 ([b"1 2\xff"], b"", "sentence is not valid UTF-8")):
+        bad = subprocess.run([sys.executable, str(TRANSLATE_SCRIPT), str(model_dir), *argv, "--output", str(output)],
+                             input=stdin, capture_output=True, env={**env, "LC_ALL": "C.UTF-8"}, timeout=300)
+        assert bad.returncode == 2 and not output.exists()
+        assert bad.stderr.decode() == f"translate.py: error: {message}\n"
 
     source = tmp_path / "source.txt"
     source.write_text("1 2\n\n" + " ".join(["7"] * 40) + "\n")
