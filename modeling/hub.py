@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from huggingface_hub import CommitOperationAdd, HfApi, ModelCard
+from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .checkpoints import TRAINING_STATE_FILES, TRAINING_STATE_PREFIXES
-from .model_card import MODEL_CARD_NAME, renamed_card
+from .model_card import MODEL_CARD_NAME, load_card, renamed_card
 from .translation import check_model_folder
 from .weight_files import weights_problem
 
@@ -52,7 +52,8 @@ def upload_problem(folder: str | os.PathLike) -> str | None:
         return f"{folder} is not a folder: give a model folder (the output_dir of scripts/train.py or an average)"
     try:
         check_model_folder(folder)
-    except FileNotFoundError as error:
+        hub_model_card(folder, "owner/name")  # its metadata must parse
+    except (FileNotFoundError, ValueError) as error:
         return str(error)
     return weights_problem(folder)
 
@@ -63,8 +64,7 @@ def hub_model_card(folder: str | os.PathLike, repo_id: str) -> str | None:
     path = Path(folder) / MODEL_CARD_NAME
     if not path.is_file():
         return None
-    card = ModelCard.load(path, ignore_metadata_errors=True)
-    return renamed_card(card, repo_id, repo_id).content
+    return renamed_card(load_card(path), repo_id, repo_id).content
 
 
 def hub_commit_operations(folder: str | os.PathLike, repo_id: str) -> list[CommitOperationAdd]:

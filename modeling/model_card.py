@@ -7,6 +7,7 @@ the Hub reads the languages, license, tags and the results table (`model-index`)
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -14,11 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import jinja2
+import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .data import SYNTHETIC_TASKS
 from .hardware import device_name
 from .schedule import NOAM
+
+logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "model_card.md"
 MODEL_CARD_NAME = "README.md"  # the card's file in a model folder (and on the Hub)
@@ -270,6 +274,17 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
     return card
 
 
+def load_card(path: Path) -> ModelCard:
+    """The model card at `path`; ValueError naming it when its metadata (the front matter) is not valid YAML, which
+    `ignore_metadata_errors` does not cover."""
+    try:
+        return ModelCard.load(path, ignore_metadata_errors=True)
+    except (yaml.YAMLError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        message = f"{path}: its metadata (the front matter between '---' lines) is not valid YAML: {reason}"
+        raise ValueError(message) from None
+
+
 def renamed_card(card: ModelCard, name: str, model_id: str) -> ModelCard:
     """`card` for the same model under another name: its heading and `model_name` become `name`, and the id its
     "How to use" section loads (a folder or a Hub repo id) becomes `model_id`. The rest stays as it is."""
@@ -294,7 +309,11 @@ def averaged_model_card(
     run_card = Path(run_dir) / MODEL_CARD_NAME
     if not run_card.is_file():
         return None
-    card = ModelCard.load(run_card, ignore_metadata_errors=True)  # a hand-edited card must not stop the averaging
+    try:
+        card = load_card(run_card)
+    except ValueError as error:  # a hand-edited card must not stop the averaging
+        logger.warning("The averaged model gets no model card: %s", error)
+        return None
     output_dir = Path(output_dir)
     card = renamed_card(card, output_dir.resolve().name, str(output_dir))
     card.data.eval_results = None
@@ -316,6 +335,6 @@ def averaged_model_card(
 
 
 __all__ = [
-    "MODEL_CARD_NAME", "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "model_card_context",
-    "record_evaluation", "render_model_card", "renamed_card", "write_model_card",
+    "MODEL_CARD_NAME", "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "load_card",
+    "model_card_context", "record_evaluation", "render_model_card", "renamed_card", "write_model_card",
 ]

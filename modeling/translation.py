@@ -13,12 +13,14 @@ load a model.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -41,7 +43,8 @@ ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through trans
 
 def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
     """Raise FileNotFoundError, naming what is missing, unless a local folder holds a config, weights and a tokenizer
-    (also in `target_tokenizer/` when there is one). A path that does not exist is left to the Hub."""
+    (also in `target_tokenizer/` when there is one), and ValueError when its config.json is no JSON object. A path
+    that does not exist is left to the Hub."""
     path = Path(model_name_or_path)
     if not path.exists():
         if path.is_absolute() or str(model_name_or_path).startswith((".", "~")):
@@ -52,6 +55,12 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
     hint = "give the output_dir of scripts/train.py (or a checkpoint-<step> folder inside it)"
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{model_name_or_path} holds no config.json: {hint}")
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        config = None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path / 'config.json'} is not a JSON object of configuration values: the file is corrupt")
     if not any((path / name).is_file() for name in WEIGHTS_FILES):
         raise FileNotFoundError(f"{model_name_or_path} holds no weights ({' or '.join(WEIGHTS_FILES)}): {hint}")
     _check_tokenizer_files(path, hint)
@@ -109,14 +118,17 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
     path = Path(model_name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, trust_remote_code=True)
+        target_tokenizer = load_target_tokenizer(model_name_or_path) or tokenizer  # a folder's or a Hub repo's
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=True, dtype=torch.float32)
     except OSError as error:
         if path.exists():
             raise
         raise FileNotFoundError(
             f"{model_name_or_path} is not a local model folder, and loading it as a Hub id failed ({error})"
         ) from None
-    target_tokenizer = load_target_tokenizer(model_name_or_path) or tokenizer  # a folder's or a Hub repo's
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=True, dtype=torch.float32)
+    except StrictDataclassError as error:  # a value of the wrong type or outside its range in config.json
+        reason = " ".join(line.strip() for line in str(error.__cause__ or error).splitlines())
+        raise ValueError(f"{model_name_or_path}: its config.json does not describe a valid model: {reason}") from None
     return model.to(device).eval(), tokenizer, target_tokenizer
 
 

@@ -102,10 +102,15 @@ def weights_problem(folder: str | os.PathLike) -> str | None:
     checksums = folder / CHECKSUMS_NAME
     if checksums.is_file():
         expected = {}
-        for line in checksums.read_text(encoding="utf-8").splitlines():
+        for number, line in enumerate(checksums.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             if line.strip():
-                digest, name = line.split(maxsplit=1)
-                expected[name] = digest
+                parts = line.split(maxsplit=1)
+                if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdef" for c in parts[0]):
+                    return (
+                        f"{checksums} line {number} is not '<SHA-256>  <file>': the checksum file is corrupt, so "
+                        "the weights cannot be checked (sha256sum -c shows the same)"
+                    )
+                expected[parts[1]] = parts[0]
         for path in files:
             if path.name in expected and sha256(path) != expected[path.name]:
                 return (

@@ -140,6 +140,16 @@ def test_averaging_into_a_folder_holding_a_model_is_refused_and_changes_nothing(
         (run / "model.safetensors").unlink()
 
 
+def test_a_run_card_with_invalid_metadata_does_not_stop_the_averaging(tokenizer, tmp_path, caplog):
+    run = tmp_path / "run"
+    for step in (1, 2):
+        save_checkpoint(run / f"checkpoint-{step}", step, tokenizer)
+    (run / "README.md").write_text("---\nlicense: [apache-2.0\n---\n# a hand-edited card\n")
+    output = average_checkpoints(last_checkpoints(run, 2), tmp_path / "averaged")
+    assert (output / "model.safetensors").is_file() and not (output / "README.md").exists()
+    assert "The averaged model gets no model card" in caplog.text and "is not valid YAML" in caplog.text
+
+
 def test_a_truncated_checkpoint_is_named_when_averaging(run_dir, tmp_path):
     run, _ = run_dir
     broken = tmp_path / "checkpoint-7"

@@ -176,6 +176,14 @@ def test_a_corrupt_weights_file_is_named_in_the_error(tmp_path, how):
         AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["garbage\n", "0123 model.safetensors\n", "\u00e9" * 64 + "  model.safetensors\n"])
+def test_a_corrupt_checksum_file_is_named_in_the_error(tmp_path, text):
+    tiny_model(seed=7).save_pretrained(tmp_path)
+    (tmp_path / "checksums.sha256").write_text(text)
+    with pytest.raises(OSError, match=re.escape(str(tmp_path / "checksums.sha256")) + " line 1 is not"):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+
+
 def test_the_digests_are_sha256sum_compatible(tmp_path):
     tiny_model(seed=7).save_pretrained(tmp_path)
     result = subprocess.run(["sha256sum", "-c", "checksums.sha256"], cwd=tmp_path, capture_output=True, text=True)

@@ -217,8 +217,12 @@ def test_push_script_dry_run_lists_the_files_and_bad_folders_are_refused_before_
     shutil.copytree(output_dir, corrupt, ignore=shutil.ignore_patterns("checkpoint-*"))
     weights = corrupt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
+    bad_card = tmp_path / "bad_card"
+    shutil.copytree(output_dir, bad_card, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (bad_card / "README.md").write_text("---\nlicense: [apache-2.0\n---\n# a card\n")
     cases = [
         ((str(corrupt), "someone/copy"), r"model\.safetensors is not a complete safetensors file: .* truncated"),
+        ((str(bad_card), "someone/copy", "--dry_run"), r"README\.md: its metadata .* is not valid YAML"),
         ((str(tmp_path / "missing"), "someone/copy"), "is not a folder"),
         ((str(tmp_path), "someone/copy"), "holds no config.json"),
         ((str(output_dir), "someone/not a name"), "is not a Hub repo id"),
