@@ -158,7 +158,13 @@ def average_checkpoints(
     for checkpoint in checkpoints:
         if not checkpoint.is_dir():
             raise FileNotFoundError(f"checkpoint {checkpoint} is not a directory")
+    resolved = [checkpoint.resolve() for checkpoint in checkpoints]
+    repeated = sorted({str(path) for path in resolved if resolved.count(path) > 1})
+    if repeated:
+        raise ValueError(f"checkpoint(s) {', '.join(repeated)} given more than once: each would weigh double")
     output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"the output directory {output_dir} is a file; choose a folder")
     if output_dir.resolve() in {checkpoint.resolve() for checkpoint in checkpoints}:
         raise ValueError(f"the output directory {output_dir} is one of the checkpoints; choose another")
     if holds_model(output_dir):

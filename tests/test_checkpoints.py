@@ -127,6 +127,17 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
         average_checkpoints([tmp_path], tmp_path / "out")
 
 
+def test_a_checkpoint_given_twice_or_a_file_as_output_is_refused(run_dir, tmp_path):
+    run, _ = run_dir
+    with pytest.raises(ValueError, match=r"checkpoint\(s\) .*checkpoint-10 given more than once"):
+        twice = [run / "checkpoint-10", run / "checkpoint-100", run / "." / "checkpoint-10"]
+        average_checkpoints(twice, tmp_path / "x")
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(ValueError, match=r"the output directory .*file is a file"):
+        average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "file")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "keep"
+
+
 def test_averaging_into_a_folder_holding_a_model_is_refused_and_changes_nothing(run_dir):
     run, _ = run_dir
     (run / "config.json").write_text("{}")  # the run folder: the best model (and its card) live here
