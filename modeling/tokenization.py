@@ -33,6 +33,7 @@ import gzip
 import itertools
 import logging
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -60,22 +61,26 @@ def read_lines(path: str | os.PathLike) -> Iterator[str]:
 
     Only "\\n" (and a "\\r" before it) ends a line, as for `wc -l`: characters that `str.splitlines` would also
     split on (U+2028, form feed, ...) stay inside the line. A UTF-8 byte order mark at the start is dropped.
-    Undecodable bytes raise `ValueError` naming the file and line.
+    Undecodable bytes, and a `.gz` file that is not gzip or is cut short, raise `ValueError` naming the file.
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            raw = raw[:-1] if raw.endswith(b"\n") else raw
-            raw = raw[:-1] if raw.endswith(b"\r") else raw
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start} of the line: "
-                    f"{raw[max(0, error.start - 10):error.start + 10]!r}); re-encode the file as UTF-8"
-                ) from None
-            yield line.removeprefix("\ufeff") if number == 1 else line
+    number = 0
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                raw = raw[:-1] if raw.endswith(b"\n") else raw
+                raw = raw[:-1] if raw.endswith(b"\r") else raw
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ValueError(
+                        f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start} of the "
+                        f"line: {raw[max(0, error.start - 10):error.start + 10]!r}); re-encode the file as UTF-8"
+                    ) from None
+                yield line.removeprefix("\ufeff") if number == 1 else line
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # not gzip, or cut short
+        raise ValueError(f"{path}: cannot be read as gzip after line {number} ({error})") from None
 
 
 def dataset_texts(dataset, columns: str | Iterable[str] = ("source", "target"), batch_size: int = _TEXT_BATCH_SIZE):

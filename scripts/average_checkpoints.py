@@ -37,7 +37,7 @@ def main(argv=None) -> None:
                 parser.error("with run_dir, say how many checkpoints to average: --last N")
             checkpoints = last_checkpoints(args.run_dir, args.last)
         output_dir = average_checkpoints(checkpoints, args.output_dir)
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:  # OSError: also a folder that cannot be written
         parser.error(str(error))
     print(f"Averaged {len(checkpoints)} checkpoints into {output_dir}:")
     for checkpoint in checkpoints:

@@ -263,6 +263,15 @@ def test_prepare_pairs_tokenizes_once_and_filters_like_filter_pairs(caplog):
     assert kept_all["train"]["kept"] == len(everything["train"]) == 5
 
 
+@pytest.mark.parametrize("damage", ["not gzip", "cut short"])
+def test_a_damaged_gzip_file_is_named_when_loading(tmp_path, damage):
+    write_lines(tmp_path / "train.de", [s for s, _ in PAIRS])
+    compressed = gzip.compress("".join(f"{t}\n" for _, t in PAIRS * 200).encode())
+    (tmp_path / "train.en.gz").write_bytes(b"plain text" if damage == "not gzip" else compressed[:-40])
+    with pytest.raises(ValueError, match=r"train\.en\.gz: cannot be read as gzip after line \d+ \("):
+        load_parallel_corpus(tmp_path, "de", "en")
+
+
 def test_read_lines_is_what_the_loaders_use_for_text_files(tmp_path):
     write_lines(tmp_path / "x.gz", ["eins", "", " zwei "], compress=True)
     assert list(read_lines(tmp_path / "x.gz")) == ["eins", "", " zwei "]
