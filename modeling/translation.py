@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 32  # sentences per batch when neither batch_size nor max_tokens is given
 WEIGHTS_FILES = (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # one file, or the index of shards
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CTRANSLATE2_MODEL_FILE = "model.bin"
 ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through transformers, or its CTranslate2 export
 
@@ -88,6 +89,10 @@ def _check_tokenizer_files(path: Path, hint: str) -> None:
     for folder in (path, path / TARGET_TOKENIZER_SUBDIR):
         if folder.is_dir() and not (folder / TOKENIZER_FILE).is_file():
             raise FileNotFoundError(f"{folder} holds no {TOKENIZER_FILE} (the tokenizer): {hint}")
+        if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
+            raise FileNotFoundError(
+                f"{folder} holds no {TOKENIZER_CONFIG_FILE} (the tokenizer's special tokens and class): {hint}"
+            )
 
 
 def resolve_device(device: str | None = None) -> str:

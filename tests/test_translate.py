@@ -216,6 +216,7 @@ BAD_ARGUMENTS = {
                             r"--output .*latin1\.txt is the --input file: its sentences would be overwritten"),
     "no weights": (["1 2"], r"no-model\.safetensors holds no weights \(model\.safetensors or"),
     "no tokenizer": (["1 2"], r"no-tokenizer\.json holds no tokenizer\.json"),
+    "no tokenizer config": (["1 2"], r"no-tokenizer_config\.json holds no tokenizer_config\.json \(the tokenizer's"),
     "no config": (["1 2"], r"no-config\.json holds no config\.json"),
     "both sources": (["1 2", "--input", "{latin1}"], "give sentences as arguments or --input, not both"),
     "bad device": (["1 2", "--device", "tpu9"], "device 'tpu9' is not a torch device"),
@@ -231,7 +232,8 @@ BAD_ARGUMENTS = {
 if Path("/proc").is_dir():  # a folder that takes no new files, even for root
     BAD_ARGUMENTS["output cannot be written"] = (["1 2", "--output", "/proc/out.txt"],
                                                   r"--output /proc/out\.txt cannot be written: ")
-BROKEN_FOLDERS = {"no weights": "model.safetensors", "no tokenizer": "tokenizer.json", "no config": "config.json"}
+BROKEN_FOLDERS = {"no weights": "model.safetensors", "no tokenizer": "tokenizer.json", "no config": "config.json",
+                  "no tokenizer config": "tokenizer_config.json"}
 
 
 @pytest.mark.parametrize("case", BAD_ARGUMENTS)
