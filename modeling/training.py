@@ -75,6 +75,25 @@ def resolve_checkpoint(training_args) -> str | None:
     return str(value)
 
 
+ARCHITECTURE_FIELDS = (
+    "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+    "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "norm_first", "tie_word_embeddings",
+)
+
+
+def refuse_other_architecture(checkpoint: str, config) -> None:
+    """Refuse to resume a checkpoint whose model has other sizes than the arguments ask for (its weights would not
+    fit; the Trainer failed with a size-mismatch traceback)."""
+    saved = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    differences = [f"{name} {saved.get(name)} there, {getattr(config, name)} here" for name in ARCHITECTURE_FIELDS
+                   if saved.get(name) != getattr(config, name)]
+    if differences:
+        raise ConfigurationError(
+            f"--resume_from_checkpoint {checkpoint} holds another architecture ({'; '.join(differences)}): resume "
+            "with the run's own arguments (its config file) or start a new run"
+        )
+
+
 def refuse_finished_run(checkpoint: str, training_args) -> None:
     """Refuse to resume from a checkpoint that already reached the end this run asks for (--max_steps, else
     --num_train_epochs): the Trainer would take one more step anyway and replace the run's final model."""
@@ -240,6 +259,7 @@ def setup_training(
     resuming = checkpoint is not None
     if resuming:
         refuse_finished_run(checkpoint, training_args)
+        refuse_other_architecture(checkpoint, config)
     refuse_earlier_run(training_args, resuming)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes
@@ -390,6 +410,7 @@ __all__ = [
     "cpu_threads_per_process",
     "load_corpus",
     "refuse_finished_run",
+    "refuse_other_architecture",
     "resolve_checkpoint",
     "setup_training",
     "train",

@@ -276,6 +276,9 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(resume_runs):
         run_in_process(straight, *common, "--max_steps", "12")
     with pytest.raises(ConfigurationError, match=r"checkpoint-12 is at epoch [\d.]+, and --num_train_epochs is 1"):
         run_in_process(straight, *common, "--max_steps", "-1", "--num_train_epochs", "1")
+    with pytest.raises(ConfigurationError, match=r"checkpoint-12 holds another architecture \(d_model 64 there, 32 "
+                                                 r"here\): resume with the run's own arguments"):
+        run_in_process(straight, *common, "--max_steps", "20", "--d_model", "32")
     assert folder_digests(straight) == before
 
 
