@@ -44,8 +44,8 @@ ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through trans
 
 def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
     """Raise FileNotFoundError, naming what is missing, unless a local folder holds a config, weights and a tokenizer
-    (also in `target_tokenizer/` when there is one), and ValueError when its config.json is no JSON object. A path
-    that does not exist is left to the Hub."""
+    (also in `target_tokenizer/` when there is one), and ValueError when its config.json or generation_config.json
+    is no JSON object. A path that does not exist is left to the Hub."""
     path = Path(model_name_or_path)
     if not path.exists():
         if path.is_absolute() or str(model_name_or_path).startswith((".", "~")):
@@ -56,12 +56,14 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
     hint = "give the output_dir of scripts/train.py (or a checkpoint-<step> folder inside it)"
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{model_name_or_path} holds no config.json: {hint}")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        config = None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path / 'config.json'} is not a JSON object of configuration values: the file is corrupt")
+    for name in ("config.json", "generation_config.json"):  # transformers ignores a corrupt generation config
+        if name == "config.json" or (path / name).is_file():
+            try:
+                values = json.loads((path / name).read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                values = None
+            if not isinstance(values, dict):
+                raise ValueError(f"{path / name} is not a JSON object of configuration values: the file is corrupt")
     if not any((path / name).is_file() for name in WEIGHTS_FILES):
         raise FileNotFoundError(f"{model_name_or_path} holds no weights ({' or '.join(WEIGHTS_FILES)}): {hint}")
     _check_tokenizer_files(path, hint)

@@ -226,15 +226,19 @@ def test_weights_changed_on_disk_are_named_in_one_line_and_nothing_is_written(
 
 @pytest.mark.parametrize("config, message", [
     ("[1, 2]", r"config\.json is not a JSON object of configuration values: the file is corrupt"),
+    ("generation: {", r"generation_config\.json is not a JSON object of configuration values: the file is corrupt"),
     ('{"model_type": "annotated-transformer", "d_model": "abc"}',
      r"its config\.json does not describe a valid model: Field 'd_model' expected int, got str"),
 ])
 def test_a_corrupt_config_is_named_in_one_line(config, message, model_dir, tmp_path, monkeypatch, capsys):
     changed = tmp_path / "model"
     shutil.copytree(model_dir, changed)
+    name = "config.json"
     if config.startswith("{"):  # the saved config with one bad value
         config = json.dumps({**json.loads((model_dir / "config.json").read_text()), **json.loads(config)})
-    (changed / "config.json").write_text(config)
+    elif config.startswith("generation: "):
+        name, config = "generation_config.json", config.removeprefix("generation: ")
+    (changed / name).write_text(config)
     monkeypatch.setattr(sys, "argv", ["translate.py", str(changed), "1 2"])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(REPO_ROOT / "scripts" / "translate.py"), run_name="__main__")
