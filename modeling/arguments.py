@@ -517,7 +517,9 @@ def validate_arguments(
         raise ConfigurationError(
             f"--metric_for_best_model {metric} is not an evaluation metric; choose one of {['loss', *METRIC_NAMES]}"
         )
-    unknown = [name for name in training_args.report_to if name not in ("all", "none", *INTEGRATION_TO_CALLBACK)]
+    loggers = training_args.report_to  # a list after transformers' own checks; a string or None before some versions
+    loggers = [loggers] if isinstance(loggers, str) else loggers or []
+    unknown = [name for name in loggers if name not in ("all", "none", *INTEGRATION_TO_CALLBACK)]
     if unknown:
         raise ConfigurationError(
             f"--report_to {' '.join(unknown)}: not a logger transformers knows; choose from none, all, "
