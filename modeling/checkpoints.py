@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -97,7 +98,20 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
         json.loads(state.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         return f"{TRAINER_STATE_NAME} is not valid JSON (its save did not finish)"
+    for path in sorted(checkpoint.iterdir()):  # optimizer, scheduler, RNG state: torch.save's zip files, CRC-checked
+        if path.is_file() and path.name.startswith(TRAINING_STATE_PREFIXES) and path.suffix in (".pt", ".pth", ".bin"):
+            if not zipfile.is_zipfile(path) or _corrupt_member(path) is not None:
+                return f"{path.name} is truncated or corrupt (not a complete torch.save file)"
     return weights_problem(checkpoint)
+
+
+def _corrupt_member(path: Path) -> str | None:
+    """The first member of a zip file whose CRC does not match, or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        return str(error)
 
 
 def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:

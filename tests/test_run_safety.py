@@ -90,6 +90,12 @@ def test_incomplete_checkpoints_are_skipped_with_a_warning_naming_them(earlier_r
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     subprocess.run(["cp", "-r", str(folder / "checkpoint-8"), str(folder / "checkpoint-16")], check=True)
     (folder / "checkpoint-16" / "trainer_state.json").unlink()
+    # checkpoint-20: its optimizer state damaged on disk afterwards (one byte in the middle).
+    subprocess.run(["cp", "-r", str(folder / "checkpoint-8"), str(folder / "checkpoint-20")], check=True)
+    optimizer = folder / "checkpoint-20" / "optimizer.pt"
+    data = bytearray(optimizer.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    optimizer.write_bytes(bytes(data))
 
     arguments = SimpleNamespace(resume_from_checkpoint="last", output_dir=str(folder))
     assert resolve_checkpoint(arguments) == str(folder / "checkpoint-8")
@@ -97,8 +103,10 @@ def test_incomplete_checkpoints_are_skipped_with_a_warning_naming_them(earlier_r
     assert "checkpoint-16: no trainer_state.json" in warnings
     assert "checkpoint-12" in warnings and "model.safetensors is not a complete safetensors file" in warnings
     assert "truncated" in warnings
+    assert "checkpoint-20: optimizer.pt is truncated or corrupt" in warnings
 
-    for name, message in (("checkpoint-12", "truncated"), ("checkpoint-16", "no trainer_state.json")):
+    for name, message in (("checkpoint-12", "truncated"), ("checkpoint-16", "no trainer_state.json"),
+                          ("checkpoint-20", "optimizer.pt is truncated or corrupt")):
         explicit = SimpleNamespace(resume_from_checkpoint=str(folder / name), output_dir=str(folder))
         with pytest.raises(ConfigurationError, match=f"{name} cannot be resumed from: .*{message}"):
             resolve_checkpoint(explicit)
