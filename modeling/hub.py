@@ -46,13 +46,15 @@ def hub_upload_files(folder: str | os.PathLike) -> list[str]:
 
 def upload_problem(folder: str | os.PathLike) -> str | None:
     """Why `folder` should not go to the Hub as a model (None if it can): it is no model folder (config, weights,
-    tokenizer), or its weights are incomplete or differ from their checksums."""
+    tokenizer), its model card's metadata does not parse, or its weights are incomplete or differ from their
+    checksums."""
     folder = Path(folder)
     if not folder.is_dir():
         return f"{folder} is not a folder: give a model folder (the output_dir of scripts/train.py or an average)"
     try:
         check_model_folder(folder)
-        hub_model_card(folder, "owner/name")  # its metadata must parse
+        if (folder / MODEL_CARD_NAME).is_file():
+            load_card(folder / MODEL_CARD_NAME)
     except (FileNotFoundError, ValueError) as error:
         return str(error)
     return weights_problem(folder)
