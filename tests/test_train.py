@@ -387,7 +387,9 @@ def test_a_gpu_run_is_mixed_precision_unless_a_precision_is_given_even_false(mon
     assert mixed_precision(None, True, "no", automatic=True) == (False, True)
     assert mixed_precision(None, None, "bf16", automatic=True) == (False, False)  # accelerate's autocast decides
     assert mixed_precision(None, None, "no", automatic=False) == (False, False)  # a CPU, --auto_mixed_precision false
-    assert parse_arguments(["--bf16", "false"])[2].bf16 is False and parse_arguments([])[2].bf16 is False  # a CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU, also on a machine with a GPU
+    assert parse_arguments(["--bf16", "false"])[2].bf16 is False and parse_arguments([])[2].bf16 is False
+    assert parse_arguments(["--bf16", "true"])[2].bf16 is True
 
 
 @pytest.mark.parametrize("argv, environment", [(["--fp16", "true"], "no"), ([], "fp16")])
