@@ -731,6 +731,17 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             raise ValueError(f"`num_beams` must be >= 1 (1 = greedy or sampling), got {generation_config.num_beams}.")
         return generation_config, model_kwargs
 
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.Tensor) -> Cache:
+        """Beam search: after each step, the decoder self-attention cache follows the chosen beams. The
+        encoder-decoder attention's keys and values stay in place: beam search repeats each source's encoder output
+        once per beam, and a beam is only ever replaced by a beam of the same source, so the rows it would copy hold
+        the same source's keys and values already (Marian copies them: one index copy per layer, step and K/V)."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
     @can_return_tuple
     def forward(
         self,

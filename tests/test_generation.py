@@ -1,7 +1,7 @@
 import pytest
 import torch
 from model_helpers import VOCAB, assert_varied, generating_model, padded_batch
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
@@ -23,6 +23,40 @@ def test_beam_search_with_cache_equals_without_cache(model):
     with_cache = model.generate(input_ids, use_cache=True, **kwargs)
     assert_varied(with_cache)
     assert torch.equal(with_cache, model.generate(input_ids, use_cache=False, **kwargs))
+
+
+def test_beam_search_reorders_only_the_self_attention_cache(model, monkeypatch):
+    """`_reorder_cache` copies the decoder self-attention cache after each step and leaves the encoder-decoder
+    attention's in place; the beams, their scores and the cross-attention cache equal those of a full reorder."""
+    input_ids, attention_mask = padded_batch()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=10, num_beams=4, num_return_sequences=4,
+                  output_scores=True, return_dict_in_generate=True)
+    reordered = []
+    full_reorder = DynamicLayer.reorder_cache
+
+    def recording_reorder(layer, beam_idx):
+        reordered.append(layer)
+        return full_reorder(layer, beam_idx)
+
+    monkeypatch.setattr(DynamicLayer, "reorder_cache", recording_reorder)
+    ours = model.generate(input_ids, **kwargs)
+    assert_varied(ours.sequences)
+    cache = ours.past_key_values
+    assert all(any(layer is done for done in reordered) for layer in cache.self_attention_cache.layers)
+    assert not any(layer is done for layer in cache.cross_attention_cache.layers for done in reordered)
+
+    def full_reorder_cache(self, past, beam_idx):
+        past.reorder_cache(beam_idx)
+        return past
+
+    monkeypatch.setattr(type(model), "_reorder_cache", full_reorder_cache)
+    reordered.clear()
+    full = model.generate(input_ids, **kwargs)
+    assert any(layer is done for layer in full.past_key_values.cross_attention_cache.layers for done in reordered)
+    assert torch.equal(ours.sequences, full.sequences)
+    assert torch.equal(ours.sequences_scores, full.sequences_scores)
+    for layer, full_layer in zip(cache.cross_attention_cache.layers, full.past_key_values.cross_attention_cache.layers):
+        assert torch.equal(layer.keys, full_layer.keys) and torch.equal(layer.values, full_layer.values)
 
 
 def test_static_cache_decoding_compiles_without_graph_breaks(model):
