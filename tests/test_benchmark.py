@@ -182,13 +182,18 @@ def test_settings_defaults_quick_and_errors():
     assert quick.sizes == ["small"] and quick.steps < full.steps and quick.data_pairs < full.data_pairs
     assert quick.output == "benchmarks/results-cpu-quick.json"
     assert parse("--quick", "--steps", "7").steps == 7  # explicit flags win
-    with pytest.raises(ValueError, match="'huge'"):
+    with pytest.raises(ValueError, match="--sizes huge: choose"):
         parse("--sizes", "huge")
     with pytest.raises(ValueError, match="--steps must be at least 1, got 0"):
         parse("--steps", "0")
     assert full.caches == ["dynamic"] and parse("--caches", "dynamic", "static").caches == ["dynamic", "static"]
-    with pytest.raises(ValueError, match=r"--caches \['paged'\]"):
+    with pytest.raises(ValueError, match=r"--caches paged: choose"):
         parse("--caches", "paged")
+    # errors name the flag that was typed, not the setting behind it
+    with pytest.raises(ValueError, match=r"--only generation: choose one or more of \['train', 'generate'"):
+        parse("--only", "generation")
+    with pytest.raises(ValueError, match="--batch_sizes needs one or more positive numbers, got 32 0"):
+        parse("--batch_sizes", "32", "0")
 
 
 def tiny_arguments(tmp_path, *extra):

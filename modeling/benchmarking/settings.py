@@ -69,7 +69,7 @@ class BenchmarkSettings:
         ):
             unknown = [item for item in value if item not in choices]
             if unknown or not value:
-                raise ValueError(f"--{name} {value}: choose one or more of {list(choices)}.")
+                raise ValueError(f"{flag(name)} {_shown(value)}: choose one or more of {list(choices)}.")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: choose one of {list(DEVICES)}.")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -80,15 +80,20 @@ class BenchmarkSettings:
                     "max_length", "peak_matmul_size", "threads")
         for name in positive:
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}.")
+                raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}.")
         for name in ("generate_batch_sizes", "num_beams"):
             if not getattr(self, name) or min(getattr(self, name)) < 1:
-                raise ValueError(f"--{name} needs one or more positive numbers, got {getattr(self, name)}.")
+                raise ValueError(f"{flag(name)} needs one or more positive numbers, got {_shown(getattr(self, name))}.")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"--pad_to_multiple_of must be at least 1 (or left out), got {self.pad_to_multiple_of}.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the setting `name` (`--only` for sections), for error messages."""
+    return next(action.option_strings[0] for action in build_parser()._actions if action.dest == name)
 
 
 def _shown(value) -> str:
