@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .model_card import averaged_model_card
+from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .weight_files import (
     CHECKSUMS_NAME,
     WEIGHTS_INDEX_NAME,
@@ -36,6 +37,12 @@ TRAINER_STATE_NAME = "trainer_state.json"
 # uploaded to the Hub.
 TRAINING_STATE_FILES = (TRAINER_STATE_NAME, "training_args.bin")
 TRAINING_STATE_PREFIXES = ("optimizer", "scheduler", "scaler", "rng_state", "pytorch_model_fsdp")
+# The config fields that fix the model's weights and what they mean: a checkpoint to resume or to average with
+# another must agree on every one.
+ARCHITECTURE_FIELDS = (
+    "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+    "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "norm_first", "tie_word_embeddings",
+)
 
 
 def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
@@ -125,6 +132,42 @@ def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     return weights
 
 
+def json_object(path: Path) -> dict:
+    """The JSON object in `path`, or a ValueError naming the file when it is missing, not JSON, or not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing: not a complete model checkpoint") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}): the checkpoint is damaged") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} holds no JSON object: the checkpoint is damaged")
+    return value
+
+
+def refuse_mismatched_checkpoints(checkpoints: Sequence[Path]) -> None:
+    """Checkpoints to average must be one model's: readable configs that agree on the architecture and the
+    vocabulary, and the same tokenizer. Equal tensor shapes are not enough (post-norm and pre-norm layers, or two
+    tokenizers of one size, have them)."""
+    configs = [json_object(checkpoint / "config.json") for checkpoint in checkpoints]
+    if (checkpoints[-1] / "generation_config.json").exists():  # copied into the average
+        json_object(checkpoints[-1] / "generation_config.json")
+    first, fields = checkpoints[0], ("model_type", *ARCHITECTURE_FIELDS, "vocab_size", "src_vocab_size")
+    for checkpoint, config in zip(checkpoints[1:], configs[1:]):
+        differences = [f"{name} {configs[0].get(name)} in {first}, {config.get(name)} in {checkpoint}"
+                       for name in fields if config.get(name) != configs[0].get(name)]
+        if differences:
+            raise ValueError(f"the checkpoints hold different models ({'; '.join(differences)}): average checkpoints "
+                             "of one run")
+    for name in ("tokenizer.json", f"{TARGET_TOKENIZER_SUBDIR}/tokenizer.json"):
+        contents = [(checkpoint, (checkpoint / name).read_bytes()) for checkpoint in checkpoints
+                    if (checkpoint / name).is_file()]
+        for checkpoint, content in contents[1:]:
+            if content != contents[0][1]:
+                raise ValueError(f"{contents[0][0]} and {checkpoint} have different tokenizers ({name}): their token "
+                                 "ids mean different things; average checkpoints of one run")
+
+
 def holds_model(directory: str | os.PathLike) -> bool:
     """Whether `directory` already holds a model (weights or a config): writing one there would replace it."""
     directory = Path(directory)
@@ -186,7 +229,9 @@ def average_checkpoints(
             f"the output directory {output_dir} already holds a model (its weights and model card would no longer "
             "match); choose a new folder"
         )
-    averaged = average_state_dicts([load_weights(checkpoint) for checkpoint in checkpoints])
+    state_dicts = [load_weights(checkpoint) for checkpoint in checkpoints]
+    refuse_mismatched_checkpoints(checkpoints)
+    averaged = average_state_dicts(state_dicts)
 
     output_dir.mkdir(parents=True, exist_ok=True)
     newest = checkpoints[-1]

@@ -33,7 +33,7 @@ from .arguments import (
     model_config,
     validate_arguments,
 )
-from .checkpoints import TRAINER_STATE_NAME, checkpoint_problem, list_checkpoints
+from .checkpoints import ARCHITECTURE_FIELDS, TRAINER_STATE_NAME, checkpoint_problem, list_checkpoints
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
@@ -75,10 +75,6 @@ def resolve_checkpoint(training_args) -> str | None:
     return str(value)
 
 
-ARCHITECTURE_FIELDS = (
-    "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
-    "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "norm_first", "tie_word_embeddings",
-)
 
 
 def refuse_other_architecture(checkpoint: str, config) -> None:

@@ -3,6 +3,7 @@
 import json
 import re
 import runpy
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,12 +20,12 @@ from modeling.tokenization import train_tokenizer
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def save_checkpoint(directory, seed: int, tokenizer):
+def save_checkpoint(directory, seed: int, tokenizer, **config_overrides):
     """A Trainer-like checkpoint folder: model (with custom code), tokenizer and training state files."""
     torch.manual_seed(seed)
     config = AnnotatedTransformerConfig.from_preset(
         "tiny", vocab_size=len(tokenizer), d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
-        max_position_embeddings=32,
+        max_position_embeddings=32, **config_overrides,
     )
     model = AnnotatedTransformerForConditionalGeneration(config)
     model.save_pretrained(directory)
@@ -125,6 +126,38 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
         average_state_dicts([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])
     with pytest.raises(ValueError, match="holds no model.safetensors"):
         average_checkpoints([tmp_path], tmp_path / "out")
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "a JSON list", "missing"])
+def test_a_damaged_config_in_a_checkpoint_is_refused_before_anything_is_written(run_dir, tmp_path, damage):
+    """The newest checkpoint's config.json is copied into the average: damaged, the average would not load."""
+    run, _ = run_dir
+    damaged = tmp_path / "checkpoint-200"
+    shutil.copytree(run / "checkpoint-100", damaged)
+    if damage == "missing":
+        (damaged / "config.json").unlink()
+    else:
+        (damaged / "config.json").write_text('{"d_model": 3' if damage == "not JSON" else "[1, 2]")
+    message = {"not JSON": "is not valid JSON", "a JSON list": "holds no JSON object", "missing": "is missing"}[damage]
+    with pytest.raises(ValueError, match=rf"checkpoint-200/config.json {message}"):
+        average_checkpoints([run / "checkpoint-100", damaged], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_checkpoints_of_another_model_or_tokenizer_are_refused(run_dir, tokenizer, tmp_path):
+    """Equal tensor names and shapes are not enough: a pre-norm model has the same layers plus a final LayerNorm per
+    stack, and here those are the only difference the averaging would notice, too late; two tokenizers of one size
+    give every weight the same shape but other meanings."""
+    run, _ = run_dir
+    save_checkpoint(tmp_path / "pre-norm", 5, tokenizer, norm_first=True)
+    with pytest.raises(ValueError, match=r"different models \(norm_first False in .*checkpoint-10, True in .*pre-norm"):
+        average_checkpoints([run / "checkpoint-10", tmp_path / "pre-norm"], tmp_path / "out")
+    other = train_tokenizer(["a b c d", "e f g h i j"] * 10, vocab_size=len(tokenizer))
+    assert len(other) == len(tokenizer)
+    save_checkpoint(tmp_path / "other-tokenizer", 5, other)
+    with pytest.raises(ValueError, match=r"checkpoint-10 and .*other-tokenizer have different tokenizers"):
+        average_checkpoints([run / "checkpoint-10", tmp_path / "other-tokenizer"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_checkpoint_given_twice_or_a_file_as_output_is_refused(run_dir, tmp_path):
