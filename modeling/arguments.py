@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 import yaml
 from huggingface_hub.errors import StrictDataclassError
-from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments, get_scheduler
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
@@ -147,6 +148,24 @@ class DataArguments:
     max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
 
 
+# Training arguments given as floats: NaN and inf are refused (NaN passes every range check).
+FINITE_FLOATS = ("learning_rate", "warmup_steps", "adam_epsilon", "adam_beta1", "adam_beta2", "weight_decay",
+                 "max_grad_norm", "num_train_epochs")
+
+
+def check_schedule_arguments(name: str, scheduler_kwargs: dict | None) -> None:
+    """Build transformers' schedule `name` on a stand-in optimizer, so that one needing arguments (cosine_with_min_lr:
+    min_lr; warmup_stable_decay: num_decay_steps) is refused now, not after the data and the tokenizer are ready."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    try:
+        get_scheduler(name, optimizer, num_warmup_steps=1, num_training_steps=2,
+                      scheduler_specific_kwargs=scheduler_kwargs or {})
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"--lr_scheduler {name}: {error} (give its arguments as JSON: --lr_scheduler_kwargs '{{\"name\": value}}')."
+        ) from None
+
+
 @dataclass
 class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` plus the schedule choice and token budget, with the paper's defaults (§5.3):
@@ -244,6 +263,9 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             )
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"Unknown --lr_scheduler {self.lr_scheduler!r}; choose one of {list(LR_SCHEDULERS)}.")
+        for name in FINITE_FLOATS:  # NaN passes every comparison below; inf fails only mid-training
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"--{name} must be a finite number, got {getattr(self, name)}.")
         if self.lr_scheduler != NOAM:
             self.lr_scheduler_type = self.lr_scheduler
         elif self.warmup_steps <= 0:
@@ -300,6 +322,8 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         automatic = self.auto_mixed_precision and has_gpu and not self.use_cpu
         self.bf16, self.fp16 = mixed_precision(self.bf16, self.fp16, launcher_precision, automatic)
         super().__post_init__()
+        if self.lr_scheduler != NOAM:  # after transformers has read --lr_scheduler_kwargs' JSON
+            check_schedule_arguments(self.lr_scheduler, self.lr_scheduler_kwargs)
 
 
 def mixed_precision(
@@ -341,10 +365,10 @@ def read_config_file(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigurationError(f"--config {path}: the file does not exist")
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as error:
+    except (ValueError, yaml.YAMLError) as error:  # UnicodeDecodeError is a ValueError
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise ConfigurationError(f"--config {path} is not valid {kind}: {' '.join(str(error).split())}") from None
     if values is None:

@@ -478,11 +478,26 @@ def test_config_file_values_are_defaults_that_flags_override(tmp_path):
         # transformers' flags that this script would otherwise ignore or crash on after training
         (["--lr_scheduler_type", "cosine"], r"--lr_scheduler_type cosine is not read here: .* --lr_scheduler"),
         (["--predict_with_generate", "false"], r"--predict_with_generate false is not supported"),
+        # NaN passes every range check, and would fail only after the tokenizer was written
+        (["--learning_rate", "nan"], r"--learning_rate must be a finite number, got nan"),
+        (["--warmup_steps", "nan"], r"--warmup_steps must be a finite number, got nan"),
+        (["--adam_epsilon", "inf"], r"--adam_epsilon must be a finite number, got inf"),
+        # transformers' schedules that need arguments of their own
+        (["--lr_scheduler", "cosine_with_min_lr"], r"--lr_scheduler cosine_with_min_lr: One of min_lr or min_lr_rate "
+                                                    r"should be set .*--lr_scheduler_kwargs"),
+        (["--lr_scheduler", "warmup_stable_decay"], r"--lr_scheduler warmup_stable_decay: .*'num_decay_steps'"),
     ],
 )
 def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
     with pytest.raises(ConfigurationError, match=message):
         parse_arguments(argv)
+
+
+def test_a_schedule_gets_its_arguments_from_lr_scheduler_kwargs():
+    training_args = parse_arguments(["--lr_scheduler", "cosine_with_min_lr", "--learning_rate", "1e-3",
+                                     "--lr_scheduler_kwargs", '{"min_lr": 1e-5}'])[2]
+    assert training_args.lr_scheduler_type == "cosine_with_min_lr"
+    assert training_args.lr_scheduler_kwargs == {"min_lr": 1e-5}
 
 
 def test_unknown_config_keys_are_refused(tmp_path):
@@ -560,10 +575,11 @@ def test_model_arguments_are_checked_before_the_corpus_is_loaded(tmp_path, monke
         ("max_steps: 5.5\n", r"^max_steps: 5.5 in .*bad.yaml is not an integer"),
         ("max_steps: true\n", r"^max_steps: True in .*bad.yaml is not an integer"),
         ("save_total_limit: 2.5\n", r"^save_total_limit: 2.5 in .*bad.yaml is not an integer"),
+        (b"\xff\xfe max_steps: 3\n", r"^--config .*bad.yaml is not valid YAML: 'utf-8' codec can't decode"),
     ],
 )
 def test_bad_config_files_are_refused(tmp_path, text, message):
-    (tmp_path / "bad.yaml").write_text(text)
+    (tmp_path / "bad.yaml").write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConfigurationError, match=message):
         run_in_process(tmp_path / "out", "--config", str(tmp_path / "bad.yaml"))
     assert not (tmp_path / "out").exists()
