@@ -98,6 +98,8 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
     """Why a Trainer checkpoint folder cannot be resumed from (None if it can). The Trainer writes the weights first
     and `trainer_state.json` last, so a save cut short (kill -9, a full disk) lacks the state or has a short file."""
     checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        return "not a folder" if checkpoint.exists() else "no such folder"
     state = checkpoint / TRAINER_STATE_NAME
     if not state.is_file():
         return f"no {TRAINER_STATE_NAME} (its save did not finish)"
@@ -105,8 +107,13 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
         json.loads(state.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         return f"{TRAINER_STATE_NAME} is not valid JSON (its save did not finish)"
+    if not any(path.name.startswith("optimizer") for path in checkpoint.iterdir()):
+        # a run's folder has the best model and trainer_state.json too, but no optimizer, schedule or RNG state
+        return ("no optimizer state: a model folder, not a Trainer checkpoint (resume from one of its checkpoint-* "
+                "folders)")
     for path in sorted(checkpoint.iterdir()):  # optimizer, scheduler, RNG state: torch.save's zip files, CRC-checked
-        if path.is_file() and path.name.startswith(TRAINING_STATE_PREFIXES) and path.suffix in (".pt", ".pth", ".bin"):
+        saved_by_torch = path.suffix in (".pt", ".pth", ".bin")
+        if path.is_file() and path.name.startswith(TRAINING_STATE_PREFIXES) and saved_by_torch:
             if not zipfile.is_zipfile(path) or _corrupt_member(path) is not None:
                 return f"{path.name} is truncated or corrupt (not a complete torch.save file)"
     return weights_problem(checkpoint)

@@ -109,15 +109,22 @@ def refuse_finished_run(checkpoint: str, training_args) -> None:
     )
 
 
-def refuse_earlier_run(training_args, resuming: bool) -> None:
-    """Refuse to train into a folder that holds an earlier run (its checkpoints would mix with this run's and
-    `--resume_from_checkpoint last` could pick one of them), unless resuming or --overwrite_output_dir (whose
-    deletion of the earlier checkpoints waits until every check has passed)."""
+def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
+    """Refuse to train into a folder that holds an earlier run or anything else (its checkpoints would mix with this
+    run's, `--resume_from_checkpoint last` could pick one of them, its files would be replaced), unless resuming a
+    checkpoint of that folder or --overwrite_output_dir (whose deletion of the earlier checkpoints waits until every
+    check has passed). A checkpoint from elsewhere continues into an empty or new folder only."""
     output_dir = Path(training_args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
-    if resuming or not entries or training_args.overwrite_output_dir:
+    continuing = checkpoint is not None and Path(checkpoint).resolve().parent == output_dir.resolve()
+    if continuing or not entries or training_args.overwrite_output_dir:
         return
     shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    if checkpoint is not None:
+        raise ConfigurationError(
+            f"--output_dir {output_dir} already holds other files ({shown}), and --resume_from_checkpoint {checkpoint} "
+            "is not one of its checkpoints: continue that run into a new folder, or into its own"
+        )
     raise ConfigurationError(
         f"--output_dir {output_dir} already holds an earlier run ({shown}); choose a new folder, continue it with "
         "--resume_from_checkpoint last, or replace it with --overwrite_output_dir"
@@ -159,6 +166,12 @@ def load_corpus(data_args: DataArguments):
     return corpus
 
 
+def same_vocabulary(tokenizers, others) -> bool:
+    """Whether two tokenizers (or source/target pairs of them) map the same tokens to the same ids."""
+    tokenizers, others = (t if isinstance(t, tuple) else (t,) for t in (tokenizers, others))
+    return len(tokenizers) == len(others) and all(a.get_vocab() == b.get_vocab() for a, b in zip(tokenizers, others))
+
+
 def get_tokenizer(
     data_args: DataArguments, corpus, checkpoint: str | None, model_max_length: int, *, train_here: bool,
     tokenizer_dir: Path,
@@ -167,7 +180,14 @@ def get_tokenizer(
     by this process, which saves it once the data checks pass), else the one that process saved in tokenizer_dir
     (so every process has the same vocabulary)."""
     if data_args.tokenizer_name_or_path is not None:
-        return load_tokenizers(data_args.tokenizer_name_or_path)
+        tokenizer = load_tokenizers(data_args.tokenizer_name_or_path)
+        if checkpoint is not None and not same_vocabulary(tokenizer, load_tokenizers(checkpoint)):
+            raise ConfigurationError(
+                f"--tokenizer_name_or_path {data_args.tokenizer_name_or_path} is not the tokenizer of "
+                f"--resume_from_checkpoint {checkpoint} (other vocabulary: its model's token ids would mean other "
+                "tokens); leave --tokenizer_name_or_path out to resume with the checkpoint's own"
+            )
+        return tokenizer
     if checkpoint is not None:
         return load_tokenizers(checkpoint)
     if train_here:
@@ -256,7 +276,7 @@ def setup_training(
     if resuming:
         refuse_finished_run(checkpoint, training_args)
         refuse_other_architecture(checkpoint, config)
-    refuse_earlier_run(training_args, resuming)
+    refuse_earlier_run(training_args, checkpoint)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes
     _default_generation_settings(training_args, data_args)
@@ -293,9 +313,12 @@ def setup_training(
         corpus, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length)
         for split in corpus:
             if len(corpus[split]) == 0:
+                too_long = filter_report[split].get("too_long", 0) > 0
                 raise ConfigurationError(
                     f"--max_length {data_args.max_length}: no {split} pairs are left after filtering "
-                    f"({filter_report[split]}); raise --max_length"
+                    f"({filter_report[split]}); raise --max_length" if too_long else
+                    f"no {split} pairs are left after filtering ({filter_report[split]}): the {split} data holds no "
+                    "pair with text on both sides"
                 )
         if training_args.max_tokens is not None:
             check_token_budget(tokenized["train"], training_args)

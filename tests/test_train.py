@@ -37,6 +37,7 @@ from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.model_card import record_evaluation
 from modeling.schedule import noam_learning_rate
+from modeling.tokenization import train_tokenizer
 from modeling.training import cpu_threads_per_process, setup_training, train
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
@@ -280,6 +281,35 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(resume_runs):
                                                  r"here\): resume with the run's own arguments"):
         run_in_process(straight, *common, "--max_steps", "20", "--d_model", "32")
     assert folder_digests(straight) == before
+
+
+def test_resuming_from_the_wrong_place_or_into_another_folder_is_refused_and_changes_nothing(resume_runs, tmp_path):
+    straight, interrupted = resume_runs
+    before = {run: folder_digests(run) for run in resume_runs}
+    common = ["--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "64", "--max_tokens", "128",
+              "--max_eval_samples", "4", "--max_test_samples", "4", "--max_steps", "20"]
+    # the run folder holds the best model and trainer_state.json, but no optimizer, schedule or RNG state
+    with pytest.raises(ConfigurationError, match=r"cannot be resumed from: no optimizer state: a model folder, not a "
+                                                 r"Trainer checkpoint"):
+        run_in_process(straight, *common, "--resume_from_checkpoint", str(straight))
+    with pytest.raises(ConfigurationError, match=r"checkpoint-99 cannot be resumed from: no such folder"):
+        run_in_process(straight, *common, "--resume_from_checkpoint", str(straight / "checkpoint-99"))
+    # a checkpoint of one run continued into a folder holding something else would replace its files
+    user_folder = tmp_path / "notes"
+    user_folder.mkdir()
+    (user_folder / "README.md").write_text("my notes")
+    with pytest.raises(ConfigurationError, match=r"already holds other files \(README.md\), and "
+                                                 r"--resume_from_checkpoint .*checkpoint-6 is not one of its"):
+        run_in_process(user_folder, *common, "--resume_from_checkpoint", str(straight / "checkpoint-6"))
+    # another tokenizer than the checkpoint's (this one's ids mean other tokens)
+    other = tmp_path / "other-tokenizer"
+    train_tokenizer([f"{i} {i + 1} {i + 2}" for i in range(0, 300, 3)] * 3, vocab_size=270).save_pretrained(other)
+    with pytest.raises(ConfigurationError, match=r"--tokenizer_name_or_path .*other-tokenizer is not the tokenizer of "
+                                                 r"--resume_from_checkpoint .*checkpoint-12 \(other vocabulary"):
+        run_in_process(interrupted, *common, "--resume_from_checkpoint", "last",
+                       "--tokenizer_name_or_path", str(other))
+    assert {run: folder_digests(run) for run in resume_runs} == before
+    assert sorted(path.name for path in user_folder.iterdir()) == ["README.md"]
 
 
 def test_trainer_follows_the_noam_schedule(resume_runs):
@@ -550,6 +580,19 @@ def test_unknown_config_keys_are_refused(tmp_path):
 def test_bad_arguments_fail_before_anything_is_written(tmp_path, extra, message):
     with pytest.raises(ConfigurationError, match=message):
         run_in_process(tmp_path / "out", *extra)
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_data_without_text_is_named_as_such(tmp_path):
+    """Pairs removed as empty (blank or whitespace-only lines) are not helped by a larger --max_length."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for language in ("de", "en"):
+        (data / f"train.{language}").write_text("   \n\t\n" * 20)
+        (data / f"val.{language}").write_text("ein Satz\n")
+    with pytest.raises(ConfigurationError, match=r"^no train pairs are left after filtering \(.*'empty': 40.*\): the "
+                                                 r"train data holds no pair with text on both sides$"):
+        run_in_process(tmp_path / "out", "--data_dir", str(data), "--source_lang", "de", "--target_lang", "en")
     assert not (tmp_path / "out").exists()
 
 
