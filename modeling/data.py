@@ -39,6 +39,7 @@ from datasets.exceptions import DatasetGenerationError
 
 from .batching import token_lengths
 from .tokenization import read_lines
+from .weight_files import sha256
 
 logger = logging.getLogger(__name__)
 
@@ -437,22 +438,23 @@ def _load_text_pairs(directory: Path, found, source_lang, target_lang) -> Datase
 
 def _text_pairs_dataset(source_path: Path, target_path: Path) -> Dataset:
     """The two files' lines as pairs, streamed into an Arrow file in the `datasets` cache (memory-mapped: a 4.5M-pair
-    corpus is not held in memory). The cache is keyed by both files' paths, sizes and modification times, so a
-    second run on unchanged files reads it back instead of the text."""
+    corpus is not held in memory). The cache is keyed by both files' paths and SHA-256 digests (about 1 s per GB),
+    so a second run on unchanged files reads it back instead of the text, and a file changed in place, even with
+    its size and modification time kept (`cp -p`, `rsync -a`), is read again."""
     files = {"source_path": str(source_path.resolve()), "target_path": str(target_path.resolve())}
     # A string: `from_generator` would split a list-valued argument into shards, one generator run each.
-    stamps = " ".join(f"{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in (source_path, target_path))
+    digests = " ".join(sha256(path) for path in (source_path, target_path))
     try:
         return Dataset.from_generator(
-            _line_pairs, features=PAIR_FEATURES, gen_kwargs={**files, "stamps": stamps}
+            _line_pairs, features=PAIR_FEATURES, gen_kwargs={**files, "digests": digests}
         )
     except DatasetGenerationError as error:  # a line-count mismatch or bad UTF-8: our message, not the wrapper's
         raise (error.__cause__ if isinstance(error.__cause__, ValueError) else error) from None
 
 
-def _line_pairs(source_path: str, target_path: str, stamps) -> Iterator[dict[str, str]]:
+def _line_pairs(source_path: str, target_path: str, digests) -> Iterator[dict[str, str]]:
     """Rows {"source", "target"} from line-aligned files; unequal line counts are an error naming both files.
-    (`stamps` only keys the cache.)"""
+    (`digests` only keys the cache.)"""
     sources, targets = read_lines(source_path), read_lines(target_path)
     count = 0
     for count, (source, target) in enumerate(itertools.zip_longest(sources, targets), start=1):

@@ -3,6 +3,7 @@
 import gzip
 import json
 import logging
+import os
 
 import datasets
 import pytest
@@ -305,6 +306,12 @@ def test_text_files_and_their_tokens_are_cached_and_reused_while_nothing_changes
     write_lines(corpus_dir / "train.en", ["a dog", "a cat", "two cats"])
     edited_text, _ = run()
     assert edited_text["target"][2] == "two cats"
+    # edited in place with its size and modification time kept (`cp -p`, `rsync -a` of another version)
+    stat = (corpus_dir / "train.en").stat()
+    write_lines(corpus_dir / "train.en", ["a dog", "a cat", "two rats"])
+    os.utime(corpus_dir / "train.en", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (corpus_dir / "train.en").stat().st_size == stat.st_size
+    assert run()[0]["target"][2] == "two rats"
 
 
 def test_the_fast_token_path_gives_the_ids_of_the_tokenizer_call():
