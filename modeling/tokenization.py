@@ -33,6 +33,7 @@ import gzip
 import itertools
 import logging
 import os
+import shutil
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -231,7 +232,8 @@ def save_tokenizers(
     directory: str | os.PathLike,
 ) -> None:
     """Save one tokenizer to `directory`, or a (source, target) pair to `directory` and
-    `directory/target_tokenizer`."""
+    `directory/target_tokenizer`. One tokenizer saved over a pair removes the pair's target tokenizer: left there,
+    it would be loaded with the new one as its target half."""
     directory = Path(directory)
     if isinstance(tokenizers, tuple):
         source, target = tokenizers
@@ -239,6 +241,8 @@ def save_tokenizers(
         target.save_pretrained(directory / TARGET_TOKENIZER_SUBDIR)
     else:
         tokenizers.save_pretrained(directory)
+        if (directory / TARGET_TOKENIZER_SUBDIR).is_dir():
+            shutil.rmtree(directory / TARGET_TOKENIZER_SUBDIR)
 
 
 def load_tokenizers(

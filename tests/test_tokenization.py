@@ -217,6 +217,10 @@ def test_cli_trains_and_saves_loadable_tokenizers(tmp_path):
 
     main(["--data", "reverse", "--separate", "--output_dir", str(tmp_path / "pair"), "--vocab_size", "280"])
     assert isinstance(load_tokenizers(tmp_path / "pair"), tuple)
+    # a joint tokenizer over a pair: the pair's target half goes too, or it would load as the new one's target
+    main(["--data", "reverse", "--output_dir", str(tmp_path / "pair"), "--vocab_size", "270", "--overwrite"])
+    joint = load_tokenizers(tmp_path / "pair")
+    assert not isinstance(joint, tuple) and len(joint) <= 270
 
 
 def _cli_main():
