@@ -575,6 +575,17 @@ def _given_tokenizer(path: str):
             f"--tokenizer_name_or_path {path} holds separate source/target tokenizers, which scripts/train.py does "
             "not support; give a joint tokenizer"
         )
+    missing = [name for name in ("pad_token", "bos_token", "eos_token") if getattr(tokenizer, name) is None]
+    if missing:
+        raise ConfigurationError(
+            f"--tokenizer_name_or_path {path} has no {', '.join(missing)}: translation needs padding, a decoder start "
+            "token and an end of sentence (scripts/train_tokenizer.py makes such a tokenizer)"
+        )
+    if tokenizer("a")["input_ids"][-1:] != [tokenizer.eos_token_id]:
+        raise ConfigurationError(
+            f"--tokenizer_name_or_path {path} does not end encoded text with {tokenizer.eos_token} (its post-processor "
+            "adds none): the model would never learn to stop (scripts/train_tokenizer.py makes such a tokenizer)"
+        )
     return tokenizer
 
 

@@ -642,6 +642,30 @@ def test_separate_tokenizers_are_refused_before_the_corpus_is_loaded(tmp_path):
         run_in_process(tmp_path / "out", "--tokenizer_name_or_path", str(tmp_path / "tok"))
 
 
+def test_a_tokenizer_without_the_special_tokens_translation_needs_is_refused(tmp_path):
+    """Without </s> at the end of every encoded text the model never learns to stop; without a padding token the
+    collator fails after the corpus is tokenized."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    def word_level(folder, special_tokens, **named):
+        tokenizer = Tokenizer(models.WordLevel(unk_token=special_tokens[0]))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        trainer = trainers.WordLevelTrainer(special_tokens=special_tokens)
+        tokenizer.train_from_iterator(["1 2 3 4 5 6 7 8 9 0 a"], trainer)
+        PreTrainedTokenizerFast(tokenizer_object=tokenizer, **named).save_pretrained(folder)
+        return str(folder)
+
+    no_eos_appended = word_level(tmp_path / "no-eos", ["<unk>", "<pad>", "<s>", "</s>"], unk_token="<unk>",
+                                 pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    with pytest.raises(ConfigurationError, match=r"no-eos does not end encoded text with </s> .* never learn to stop"):
+        run_in_process(tmp_path / "out", "--tokenizer_name_or_path", no_eos_appended)
+    no_special = word_level(tmp_path / "no-special", ["[UNK]"], unk_token="[UNK]")
+    with pytest.raises(ConfigurationError, match=r"no-special has no pad_token, bos_token, eos_token: translation"):
+        run_in_process(tmp_path / "out", "--tokenizer_name_or_path", no_special)
+    assert not (tmp_path / "out").exists()
+
+
 def test_overwrite_keeps_the_earlier_run_when_the_new_one_is_refused(tmp_path):
     (tmp_path / "out" / "checkpoint-3").mkdir(parents=True)
     with pytest.raises(ConfigurationError, match="--max_tokens 8 is too small"):
