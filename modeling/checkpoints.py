@@ -3,7 +3,8 @@
 Works on the safetensors weights of Trainer checkpoints (`checkpoint-<step>/model.safetensors`, or sharded with a
 `model.safetensors.index.json`), like fairseq's `scripts/average_checkpoints.py`: every floating-point tensor is
 the mean of the checkpoints' tensors (accumulated in float64); the other files of the newest checkpoint (config,
-generation config, tokenizer, custom code) are copied so the result loads with the Auto classes.
+generation config, tokenizer, custom code) are copied so the result loads with the Auto classes; its evaluations,
+card and training state are not.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .model_card import averaged_model_card
+from .model_card import MODEL_CARD_NAME, averaged_model_card
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .weight_files import (
     CHECKSUMS_NAME,
@@ -166,6 +167,16 @@ def refuse_mismatched_checkpoints(checkpoints: Sequence[Path]) -> None:
         if differences:
             raise ValueError(f"the checkpoints hold different models ({'; '.join(differences)}): average checkpoints "
                              "of one run")
+    # One run's training log grows by appending: an earlier checkpoint's log is the start of a later one's.
+    logs = sorted(
+        ((json_object(checkpoint / TRAINER_STATE_NAME).get("log_history") or [], checkpoint)
+         for checkpoint in checkpoints if (checkpoint / TRAINER_STATE_NAME).is_file()),
+        key=lambda log_and_checkpoint: len(log_and_checkpoint[0]),
+    )
+    for (earlier, earlier_checkpoint), (later, later_checkpoint) in zip(logs, logs[1:]):
+        if later[: len(earlier)] != earlier:
+            raise ValueError(f"{earlier_checkpoint} and {later_checkpoint} come from different runs (their training "
+                             "logs differ); average checkpoints of one run")
     for name in ("tokenizer.json", f"{TARGET_TOKENIZER_SUBDIR}/tokenizer.json"):
         contents = [(checkpoint, (checkpoint / name).read_bytes()) for checkpoint in checkpoints
                     if (checkpoint / name).is_file()]
@@ -236,6 +247,17 @@ def average_checkpoints(
             f"the output directory {output_dir} already holds a model (its weights and model card would no longer "
             "match); choose a new folder"
         )
+    if output_dir.is_dir() and (entries := sorted(path.name for path in output_dir.iterdir())):
+        raise ValueError(
+            f"the output directory {output_dir} already holds files ({', '.join(entries[:5])}), which the averaged "
+            "model's would replace; choose a new or empty folder"
+        )
+    for checkpoint in checkpoints:
+        if list_checkpoints(checkpoint):
+            raise ValueError(
+                f"{checkpoint} is a run folder (it holds checkpoint-* folders), not a checkpoint: give its "
+                f"checkpoints, or average its last N with --last N"
+            )
     state_dicts = [load_weights(checkpoint) for checkpoint in checkpoints]
     refuse_mismatched_checkpoints(checkpoints)
     averaged = average_state_dicts(state_dicts)
@@ -243,17 +265,17 @@ def average_checkpoints(
     output_dir.mkdir(parents=True, exist_ok=True)
     newest = checkpoints[-1]
     for path in newest.iterdir():
+        if path.is_dir():  # a target tokenizer; not evaluations (eval-*) or anything else of that checkpoint's
+            if path.name == TARGET_TOKENIZER_SUBDIR:
+                shutil.copytree(path, output_dir / path.name)
+            continue
         skip = (
             path.name in TRAINING_STATE_FILES
             or path.name.startswith(TRAINING_STATE_PREFIXES)
-            or path.name in (WEIGHTS_INDEX_NAME, CHECKSUMS_NAME)
-            or (path.suffix == ".safetensors")
+            or path.name in (WEIGHTS_INDEX_NAME, CHECKSUMS_NAME, MODEL_CARD_NAME)  # the card: the run's, below
+            or path.suffix == ".safetensors"
         )
-        if skip:
-            continue
-        if path.is_dir():
-            shutil.copytree(path, output_dir / path.name, dirs_exist_ok=True)
-        else:
+        if not skip:
             shutil.copy2(path, output_dir / path.name)
     save_file(averaged, output_dir / WEIGHTS_NAME, metadata={"format": "pt"})
     write_checksums(output_dir)

@@ -128,6 +128,45 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
         average_checkpoints([tmp_path], tmp_path / "out")
 
 
+def test_only_the_model_files_of_the_newest_checkpoint_come_along(run_dir, tmp_path):
+    """A checkpoint's own evaluations (eval-*/, its card) belong to it, not to the average; a target tokenizer comes."""
+    run, _ = run_dir
+    newest = tmp_path / "run" / "checkpoint-200"
+    shutil.copytree(run / "checkpoint-100", newest)
+    (newest / "README.md").write_text("# checkpoint-200\n## Evaluation: val, beam 1\n| 1014 | 0.01 |\n")
+    (newest / "eval-val").mkdir()
+    (newest / "eval-val" / "results.json").write_text('{"bleu": 0.01}')
+    shutil.copytree(run / "checkpoint-100", newest / "target_tokenizer", ignore=lambda *_: ["model.safetensors"])
+    output = average_checkpoints([run / "checkpoint-10", newest], tmp_path / "averaged")
+    names = {path.name for path in output.iterdir()}
+    assert "eval-val" not in names and "README.md" not in names  # the run (tmp_path/run) has no card
+    assert (output / "target_tokenizer" / "tokenizer.json").read_bytes() == (newest / "tokenizer.json").read_bytes()
+
+
+def test_a_folder_holding_files_a_run_folder_or_another_runs_checkpoint_is_refused(run_dir, tokenizer, tmp_path):
+    run, _ = run_dir
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "README.md").write_text("my notes")
+    with pytest.raises(ValueError, match=r"notes already holds files \(README.md\), which the averaged model's would "
+                                         r"replace; choose a new or empty folder"):
+        average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], notes)
+    assert [path.name for path in notes.iterdir()] == ["README.md"] and (notes / "README.md").read_text() == "my notes"
+    with pytest.raises(ValueError, match=r"is a run folder \(it holds checkpoint-\* folders\), not a checkpoint"):
+        average_checkpoints([run / "checkpoint-100", run], tmp_path / "out")
+    # two runs of one architecture and tokenizer: their training logs part ways
+    for name, losses in (("run-a", [3.1, 2.5]), ("run-b", [3.1, 2.7, 2.2])):
+        save_checkpoint(tmp_path / name, 1, tokenizer)
+        state = {"global_step": len(losses), "log_history": [{"step": i, "loss": v} for i, v in enumerate(losses)]}
+        (tmp_path / name / "trainer_state.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=r"run-a and .*run-b come from different runs \(their training logs differ\)"):
+        average_checkpoints([tmp_path / "run-a", tmp_path / "run-b"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "run-a" / "trainer_state.json").write_text(json.dumps(  # the same run, one save earlier: accepted
+        {"global_step": 2, "log_history": [{"step": 0, "loss": 3.1}, {"step": 1, "loss": 2.7}]}))
+    assert average_checkpoints([tmp_path / "run-a", tmp_path / "run-b"], tmp_path / "out").is_dir()
+
+
 @pytest.mark.parametrize("damage", ["not JSON", "a JSON list", "missing"])
 def test_a_damaged_config_in_a_checkpoint_is_refused_before_anything_is_written(run_dir, tmp_path, damage):
     """The newest checkpoint's config.json is copied into the average: damaged, the average would not load."""
