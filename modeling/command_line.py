@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +25,11 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
     return number
+
+
+def same_file(path: str | Path, other: str | Path) -> bool:
+    """Whether two paths name one file: the same path, a symbolic or a hard link."""
+    return Path(path).exists() and Path(other).exists() and os.path.samefile(path, other)
 
 
 def check_output_file(path: Path, option: str = "--output") -> None:

@@ -142,7 +142,7 @@ def load_parallel_corpus(
             corpus = _from_datasets(
                 load_from_disk(path), source_lang, target_lang, source_column, target_column, keep=splits
             )
-        elif path.is_dir() and (text_pairs := _find_text_pairs(path)):
+        elif path.is_dir() and (text_pairs := find_text_pairs(path)):
             _refuse_columns(source_column, target_column, f"{path} holds plain text files")
             corpus = _load_text_pairs(path, text_pairs, source_lang, target_lang)
         elif path.is_dir() and (tables := _find_tables(path)):
@@ -402,7 +402,7 @@ def _choose_languages(
 # Line-aligned text files ----------------------------------------------------------------------------------------
 
 
-def _find_text_pairs(directory: Path) -> dict[str, dict[str, Path]]:
+def find_text_pairs(directory: Path) -> dict[str, dict[str, Path]]:
     """{split: {lang: path}} for the `{split}.{lang}[.gz]` files in a directory."""
     found: dict[str, dict[str, Path]] = {}
     for path in sorted(directory.iterdir()):

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .command_line import write_lines
-from .data import canonical_split_names, load_parallel_corpus
+from .command_line import same_file, write_lines
+from .data import canonical_split_names, find_text_pairs, load_parallel_corpus
 from .metrics import load_metric
 from .tokenization import read_lines
 from .translation import load_translation_model, translate
@@ -170,8 +170,14 @@ def read_test_set_split(
     (train, validation, test) or by its file name (Multi30k's `test_2016_flickr` is the corpus's `test`)."""
     corpus = load_parallel_corpus(data_dir, source_lang, target_lang)
     resolved = split
-    files = list(Path(data_dir).iterdir()) if Path(data_dir).is_dir() else []
-    if split not in corpus and any(path.name.startswith(f"{split}.") for path in files):
+    languages = find_text_pairs(Path(data_dir)).get(split, {}) if Path(data_dir).is_dir() else {}
+    if split not in corpus and languages:
+        wanted = {source_lang, target_lang} - {None}
+        if len(languages) < 2 or not wanted <= set(languages):
+            raise ValueError(
+                f"--split {split!r} in {data_dir} has files for {sorted(languages)} only, not a "
+                f"{'-'.join(sorted(wanted)) or 'language'} pair"
+            )
         resolved = canonical_split_names([split])[split]  # the name the loader gave that file's split
     if resolved not in corpus:
         raise ValueError(f"--split {split!r} not found in {data_dir}; it has {list(corpus)}")
@@ -203,6 +209,11 @@ def evaluate_model(
     options), score against its references (`corpus_scores`, lowercased BLEU included) and write
     `output_dir/hypotheses.txt` (one line per source line) and `output_dir/results.json`. Returns the results:
     scores, signatures, model, test set, beam size, number of sentences and the seconds spent translating."""
+    for name in (HYPOTHESES_FILE, RESULTS_FILE):
+        for option, given in (("--source", test_set.origin.get("source_file")),
+                              ("--reference", test_set.origin.get("reference_file"))):
+            if given is not None and same_file(Path(output_dir) / name, given):
+                raise ValueError(f"--output_dir {output_dir}: its {name} would overwrite {option} {given}")
     loaded, tokenizer, target_tokenizer = load_translation_model(model, device=device)
     start = time.perf_counter()
     hypotheses = translate(

@@ -26,6 +26,7 @@ from modeling.command_line import (
     check_utf8_arguments,
     positive_int,
     read_stdin_lines,
+    same_file,
     write_lines,
 )
 from modeling.tokenization import read_lines
@@ -73,7 +74,7 @@ def main(argv=None) -> None:
         if args.input is not None and not args.input.is_file():
             raise ValueError(f"--input {args.input} does not exist or is not a file")
         if args.output is not None:
-            if args.input is not None and args.output.resolve() == args.input.resolve():
+            if args.input is not None and same_file(args.output, args.input):
                 raise ValueError(f"--output {args.output} is the --input file: its sentences would be overwritten")
             check_output_file(args.output)
         ctranslate2 = args.engine == "ctranslate2"

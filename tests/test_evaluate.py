@@ -160,6 +160,10 @@ BAD_ARGUMENTS = {
     "max_tokens 0": (["--data_dir", "{data}", "--max_tokens", "0"], "argument --max_tokens: must be >= 1, got 0"),
     "output is a file": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir", "{tmp}/s.txt"],
                          r"--output_dir .*s\.txt is a file"),
+    "output over the source": (["--source", "{tmp}/ev/hypotheses.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                                "{tmp}/ev"], r"--output_dir .*ev: its hypotheses.txt would overwrite --source"),
+    "output over the reference": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/ev/hypotheses.txt",
+                                   "--output_dir", "{tmp}/ev"], r"its hypotheses.txt would overwrite --reference"),
 }
 
 
@@ -167,6 +171,8 @@ BAD_ARGUMENTS = {
 def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir, data_dir, tmp_path, monkeypatch,
                                                                   capsys):
     (tmp_path / "s.txt").write_text("1 2\n")
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "hypotheses.txt").write_text("3 4\n")
     argv, message = BAD_ARGUMENTS[case]
     argv = [arg.format(tmp=tmp_path, data=data_dir) for arg in argv]
 
@@ -181,6 +187,21 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     stderr = capsys.readouterr().err
     assert_one_line_error(stderr, "evaluate.py", message)
     assert sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_a_split_named_by_its_files_must_have_the_language_pair(model_dir, data_dir, tmp_path, monkeypatch, capsys):
+    """Another language's test file must not stand for the corpus's test split (test_2016_flickr here)."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    with gzip.open(data / "test_2017_flickr.fr.gz", "wt", encoding="utf-8") as handle:
+        handle.write("1 2\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, model_dir, "--data_dir", data, "--split", "test_2017_flickr", "--source_lang", "de",
+                   "--target_lang", "en", "--output_dir", tmp_path / "out")
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, "evaluate.py", r"--split 'test_2017_flickr' in .*data has files for "
+                          r"\['fr'\] only, not a de-en pair")
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_command_line_runs_with_the_evaluate_library_despite_its_name(model_dir, tmp_path):

@@ -214,6 +214,8 @@ BAD_ARGUMENTS = {
     "output folder missing": (["1 2", "--output", "{tmp}/nowhere/out.txt"], r"the folder .*nowhere does not exist"),
     "output is the input": (["--input", "{latin1}", "--output", "{tmp}/./latin1.txt"],
                             r"--output .*latin1\.txt is the --input file: its sentences would be overwritten"),
+    "output is a hard link to the input": (["--input", "{latin1}", "--output", "{tmp}/hard-link.txt"],
+                                           r"--output .*hard-link\.txt is the --input file"),
     "no weights": (["1 2"], r"no-model\.safetensors holds no weights \(model\.safetensors or"),
     "no tokenizer": (["1 2"], r"no-tokenizer\.json holds no tokenizer\.json"),
     "no tokenizer config": (["1 2"], r"no-tokenizer_config\.json holds no tokenizer_config\.json \(the tokenizer's"),
@@ -243,6 +245,7 @@ def test_bad_arguments_fail_in_one_line_with_status_2_before_loading_and_write_n
     argv, message = BAD_ARGUMENTS[case]
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("1 2\nGrüße\n".encode("latin-1"))
+    os.link(latin1, tmp_path / "hard-link.txt")
     argv = [arg.format(tmp=tmp_path, latin1=latin1) for arg in argv]
     folder = without(model_dir, tmp_path, BROKEN_FOLDERS[case]) if case in BROKEN_FOLDERS else model_dir
     output = tmp_path / "out.txt"
