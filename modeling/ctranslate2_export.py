@@ -34,6 +34,7 @@ import torch
 from transformers import GenerationConfig
 
 from .modeling_annotated_transformer import sinusoidal_positional_encoding
+from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .tokenization import load_tokenizers, save_tokenizers
 from .translation import CTRANSLATE2_MODEL_FILE, load_translation_model
 
@@ -192,6 +193,16 @@ class AnnotatedTransformerConverter(Converter):
         return transformer_spec_from_model(self.model, self.tokenizer, self.target_tokenizer)
 
 
+def is_export_file(path: Path) -> bool:
+    """Whether `path`, in an export folder, is one that `export_ctranslate2` writes: CTranslate2's model, config and
+    vocabularies, the tokenizer(s) and the generation config."""
+    if path.is_dir():
+        return path.name == TARGET_TOKENIZER_SUBDIR
+    written = (CTRANSLATE2_MODEL_FILE, "config.json", "generation_config.json", "special_tokens_map.json")
+    return path.name in written or path.name.startswith("tokenizer") or path.name.endswith(("vocabulary.json",
+                                                                                          "vocabulary.txt"))
+
+
 def export_ctranslate2(
     model_dir: str | os.PathLike, output_dir: str | os.PathLike, *, quantization: str | None = None,
     force: bool = False,
@@ -213,6 +224,13 @@ def export_ctranslate2(
         raise FileExistsError(
             f"output folder {output_dir} holds files but no earlier export ({CTRANSLATE2_MODEL_FILE}); --force only "
             "replaces an export: choose another folder"
+        )
+    existing = sorted(output_dir.iterdir()) if output_dir.is_dir() else []
+    others = [path.name for path in existing if not is_export_file(path)]
+    if others:
+        raise FileExistsError(
+            f"output folder {output_dir} holds an earlier export and other files ({', '.join(others[:5])}), which "
+            "--force would delete with it: move them, or choose another folder"
         )
     if output_dir.resolve() in (model_dir.resolve(), *model_dir.resolve().parents):
         raise ValueError(f"output folder {output_dir} holds the model folder {model_dir}: replacing it would delete it")

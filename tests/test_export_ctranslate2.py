@@ -198,5 +198,13 @@ def test_existing_output_is_refused_unless_forced(tmp_path, monkeypatch, capsys)
     (output_dir / "notes.txt").unlink()
     run_script(monkeypatch, model_dir, output_dir, "--quantization", "int8", "--force")  # an empty folder
     int8_size = (output_dir / "model.bin").stat().st_size
+    (output_dir / "hypotheses.en").write_text("keep")
+    with pytest.raises(SystemExit) as exit_info:  # nor an export beside other files, which it would delete
+        run_script(monkeypatch, model_dir, output_dir, "--force", "--quantization", "float16")
+    assert exit_info.value.code == 2 and "holds an earlier export and other files (hypotheses.en)" in (
+        capsys.readouterr().err)
+    assert (output_dir / "hypotheses.en").read_text() == "keep"
+    assert (output_dir / "model.bin").stat().st_size == int8_size
+    (output_dir / "hypotheses.en").unlink()
     run_script(monkeypatch, model_dir, output_dir, "--force", "--quantization", "float16")  # an earlier export
     assert (output_dir / "model.bin").stat().st_size > int8_size  # replaced by the float16 export
