@@ -124,8 +124,14 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
     device = resolve_device(device)
     path = Path(model_name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, trust_remote_code=True)
-        target_tokenizer = load_target_tokenizer(model_name_or_path) or tokenizer  # a folder's or a Hub repo's
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, trust_remote_code=True)
+            target_tokenizer = load_target_tokenizer(model_name_or_path) or tokenizer  # a folder's or a Hub repo's
+        except Exception as error:  # damaged tokenizer files: JSON errors, or tokenizers' bare Exception
+            if not isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)) and type(error) is not Exception:
+                raise
+            raise ValueError(f"{model_name_or_path}: its tokenizer files (tokenizer.json, tokenizer_config.json) "
+                             f"cannot be read: {error}") from None
         model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=True, dtype=torch.float32)
     except OSError as error:
         if path.exists():
@@ -136,6 +142,14 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
     except StrictDataclassError as error:  # a value of the wrong type or outside its range in config.json
         reason = " ".join(line.strip() for line in str(error.__cause__ or error).splitlines())
         raise ValueError(f"{model_name_or_path}: its config.json does not describe a valid model: {reason}") from None
+    except TypeError as error:  # e.g. a string where generation_config.json needs a number
+        raise ValueError(f"{model_name_or_path}: its config.json or generation_config.json holds a value of the wrong "
+                         f"type ({error})") from None
+    except RuntimeError as error:
+        if "ignore_mismatched_sizes" not in str(error):
+            raise
+        raise ValueError(f"{model_name_or_path}: its weights do not have the shapes its config.json describes (the "
+                         "report above lists them): was config.json edited?") from None
     return model.to(device).eval(), tokenizer, target_tokenizer
 
 

@@ -5,6 +5,7 @@ import gzip
 import json
 import os
 import random
+import re
 import runpy
 import shutil
 import subprocess
@@ -243,6 +244,30 @@ def test_weights_changed_on_disk_are_named_in_one_line_and_nothing_is_written(
     assert exit_info.value.code == 2
     assert_one_line_error(capsys.readouterr().err, script, r"model\.safetensors does not match its SHA-256")
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_model_files_that_load_but_do_not_fit_are_named_without_a_traceback(model_dir, tmp_path, monkeypatch, capsys):
+    """Valid JSON with a wrong size (weights of other shapes), a wrong type in generation_config.json, a truncated
+    tokenizer.json: each ends in one error line naming the files, after transformers' own loading report if any."""
+    cases = {
+        "config.json": (lambda config: {**config, "d_model": config["d_model"] * 2},
+                        r"its weights do not have the shapes its config\.json describes .*was config\.json edited\?"),
+        "generation_config.json": (lambda config: {**config, "max_new_tokens": "abc"},
+                                   r"its config\.json or generation_config\.json holds a value of the wrong type"),
+        "tokenizer.json": (None, r"its tokenizer files \(tokenizer\.json, tokenizer_config\.json\) cannot be read"),
+    }
+    for name, (change, message) in cases.items():
+        changed = tmp_path / name
+        shutil.copytree(model_dir, changed)
+        text = (model_dir / name).read_text()
+        (changed / name).write_text(json.dumps(change(json.loads(text))) if change else text[: len(text) // 2])
+        monkeypatch.setattr(sys, "argv", ["translate.py", str(changed), "1 2"])
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(str(REPO_ROOT / "scripts" / "translate.py"), run_name="__main__")
+        stderr = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "Traceback" not in stderr, stderr
+        last_line = stderr.splitlines()[-1]
+        assert last_line.startswith("translate.py: error: ") and re.search(message, last_line), (name, stderr)
 
 
 @pytest.mark.parametrize("config, message", [
