@@ -504,6 +504,14 @@ def validate_arguments(
             f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); give a directory of "
             "{split}.{lang} files such as ../shared/data/multi30k, or leave it out to train on the copy task"
         )
+    synthetic = data_args.data_dir is None and data_args.dataset_name in (None, *SYNTHETIC_TASKS)
+    languages = [f"--{name} {value}" for name in ("source_lang", "target_lang")
+                 if (value := getattr(data_args, name)) is not None]
+    if synthetic and languages:
+        raise ConfigurationError(
+            f"{' '.join(languages)}: the synthetic {data_args.dataset_name or 'copy'} task has no languages; give the "
+            "corpus with --data_dir or --dataset_name"
+        )
     tokenizer = None
     if data_args.tokenizer_name_or_path is not None:
         tokenizer = _given_tokenizer(data_args.tokenizer_name_or_path)

@@ -136,15 +136,20 @@ def model_card_context(
         ("vocabulary", config.vocab_size),
         ("parameters", f"{parameters:,}"),
     ]
+    warmup = training_args.get_warmup_steps(trainer.state.max_steps)  # a fraction of the steps, or a count
     if training_args.lr_scheduler == NOAM:
         schedule = (
-            f"Noam (§5.3): {training_args.learning_rate} * d_model^-0.5 * min(step^-0.5, step * "
-            f"{training_args.warmup_steps:g}^-1.5)"
+            f"Noam (§5.3): {training_args.learning_rate} * d_model^-0.5 * min(step^-0.5, step * {warmup}^-1.5)"
         )
+    elif training_args.lr_scheduler in ("constant", "reduce_lr_on_plateau"):  # transformers' without a warm-up
+        schedule = f"{training_args.lr_scheduler}, {training_args.learning_rate}"
     else:
-        schedule = (
-            f"{training_args.lr_scheduler}, peak {training_args.learning_rate}, warm-up {training_args.warmup_steps:g}"
-        )
+        schedule = f"{training_args.lr_scheduler}, peak {training_args.learning_rate}, warm-up {warmup} steps"
+    optimizer = str(getattr(training_args.optim, "value", training_args.optim))
+    optimizer = (
+        f"Adam ({optimizer}), beta1 {training_args.adam_beta1}, beta2 {training_args.adam_beta2}, epsilon "
+        f"{training_args.adam_epsilon:g}" if "adam" in optimizer else optimizer
+    ) + f", weight decay {training_args.weight_decay}"
     if training_args.max_tokens is not None:
         batch = f"at most {training_args.max_tokens} padded source and target tokens per process (§5.1)"
     else:
@@ -155,8 +160,7 @@ def model_card_context(
     )
     state = trainer.state
     hyperparameters = [
-        ("optimizer", f"Adam, beta1 {training_args.adam_beta1}, beta2 {training_args.adam_beta2}, "
-                      f"epsilon {training_args.adam_epsilon:g}, weight decay {training_args.weight_decay}"),
+        ("optimizer", optimizer),
         ("learning-rate schedule", schedule),
         ("label smoothing", smoothing),
         ("dropout", config.dropout),

@@ -134,6 +134,19 @@ def test_model_card_is_filled(ddp_run):
     assert re.search(r"\| hardware \| .+: 2 process\(es\) on cpu \(MULTI_CPU, fp32, 1 thread\(s\)\) \|", text)
 
 
+@pytest.mark.parametrize("extra, optimizer, schedule", [
+    (["--optim", "sgd", "--weight_decay", "0.1", "--lr_scheduler", "constant", "--learning_rate", "0.01"],
+     "sgd, weight decay 0.1", "constant, 0.01"),  # not the paper's Adam; a constant rate has no warm-up
+    (["--warmup_steps", "0.5"], "Adam (adamw_torch_fused), beta1 0.9, beta2 0.98, epsilon 1e-09, weight decay 0.0",
+     "Noam (§5.3): 1.0 * d_model^-0.5 * min(step^-0.5, step * 2^-1.5)"),  # half of 4 steps
+])
+def test_the_model_card_names_the_optimizer_and_schedule_that_ran(tmp_path, extra, optimizer, schedule):
+    run_in_process(tmp_path / "out", "--eval_strategy", "no", "--max_steps", "4", *extra)
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert f"| optimizer | {optimizer} |" in text
+    assert f"| learning-rate schedule | {schedule} |" in text
+
+
 def test_model_card_template_fields_must_all_be_given():
     from modeling.model_card import render_model_card
 
@@ -572,6 +585,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
                                               r"one of \['loss', 'bleu', 'chrf'"),
         (["--report_to", "tensorbored"], r"^--report_to tensorbored: not a logger transformers knows"),
         (["--label_smoothing_factor", "0.1"], r"^label smoothing is set twice"),
+        (["--source_lang", "de"], r"^--source_lang de: the synthetic copy task has no languages; give the corpus"),
         # found in the data: the tokenizer is trained, but nothing is written
         (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
         (["--max_length", "1"], r"^--max_length 1: no train pairs are left after filtering"),
