@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from modeling import AnnotatedTransformerForConditionalGeneration
-from modeling.arguments import parse_arguments, validate_arguments
+from modeling.arguments import ConfigurationError, parse_arguments, validate_arguments
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RECIPES = sorted(path for path in CONFIGS.glob("*.yaml") if not path.name.startswith("accelerate_"))
@@ -22,7 +22,8 @@ def test_the_recipes_are_all_here():
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
 def test_recipe_parses_and_builds_its_model(recipe, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the recipes name relative output folders
-    model_args, data_args, training_args, config_path = parse_arguments(["--config", str(recipe)])
+    corpus = ["--data_dir", str(tmp_path)] if recipe.stem.startswith("multi30k") else []  # given on the command line
+    model_args, data_args, training_args, config_path = parse_arguments(["--config", str(recipe), *corpus])
     assert config_path == recipe
     if recipe.stem.startswith("multi30k"):
         source, target = recipe.stem.split("_")[1:3]
@@ -33,4 +34,7 @@ def test_recipe_parses_and_builds_its_model(recipe, tmp_path, monkeypatch):
             validate_arguments(model_args, data_args, training_args)
         )
     assert model.config.vocab_size == data_args.vocab_size
+    if corpus:  # without --data_dir a translation recipe would have trained the copy task
+        with pytest.raises(ConfigurationError, match="the synthetic copy task has no languages"):
+            validate_arguments(*parse_arguments(["--config", str(recipe)])[:3])
     assert model.num_parameters() > 0
