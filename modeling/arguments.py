@@ -432,7 +432,27 @@ def parse_arguments(
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     model_args, data_args, training_args = outputs[:3]
+    _choose_batching(training_args, argv, values if config_path is not None else {})
     return model_args, data_args, training_args, config_path
+
+
+def _choose_batching(training_args, argv: Sequence[str], config_values: dict) -> None:
+    """One training batch rule: token budgets (--max_tokens) or a fixed number of pairs (--per_device_train_batch_size).
+    A batch size on the command line overrides a config file's token budget, as every flag overrides the file; both
+    given in one place are refused (the batch size would be ignored)."""
+    def on_command_line(flag):
+        return any(arg == flag or arg.startswith(f"{flag}=") for arg in argv)
+
+    batch_size = "--per_device_train_batch_size"
+    if on_command_line(batch_size) and not on_command_line("--max_tokens"):
+        training_args.max_tokens = None
+    elif training_args.max_tokens is not None and (
+        on_command_line(batch_size) or "per_device_train_batch_size" in config_values
+    ):
+        raise ConfigurationError(
+            f"{batch_size} and --max_tokens both set the training batch; token-budget batches (--max_tokens) ignore "
+            "a batch size: give one of them"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------------

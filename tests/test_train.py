@@ -536,6 +536,19 @@ def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
         parse_arguments(argv)
 
 
+def test_one_training_batch_rule_a_command_line_batch_size_overrides_the_files_token_budget(tmp_path):
+    default = parse_arguments([], default_config=DEFAULT_CONFIG)[2]
+    assert default.max_tokens == 1024  # the copy task's file
+    overridden = parse_arguments(["--per_device_train_batch_size", "4"], default_config=DEFAULT_CONFIG)[2]
+    assert (overridden.max_tokens, overridden.per_device_train_batch_size) == (None, 4)
+    with pytest.raises(ConfigurationError, match=r"--per_device_train_batch_size and --max_tokens both set the "
+                                                 r"training batch"):
+        parse_arguments(["--per_device_train_batch_size", "4", "--max_tokens", "256"], default_config=DEFAULT_CONFIG)
+    (tmp_path / "both.yaml").write_text("max_tokens: 256\nper_device_train_batch_size: 4\n")
+    with pytest.raises(ConfigurationError, match=r"--per_device_train_batch_size and --max_tokens both set"):
+        parse_arguments(["--config", str(tmp_path / "both.yaml")])
+
+
 def test_a_schedule_gets_its_arguments_from_lr_scheduler_kwargs():
     training_args = parse_arguments(["--lr_scheduler", "cosine_with_min_lr", "--learning_rate", "1e-3",
                                      "--lr_scheduler_kwargs", '{"min_lr": 1e-5}'])[2]
