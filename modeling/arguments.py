@@ -227,9 +227,10 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Train into an output_dir that holds an earlier run: its checkpoint-* folders are deleted first "
-            "(they would mix with this run's), its other files replaced. Without it such a folder is refused, "
-            "unless --resume_from_checkpoint continues that run."
+            "help": "Train into an output_dir that holds an earlier run: once every check has passed, the whole "
+            "earlier run is deleted (checkpoints, logs, evaluations), so nothing of it mixes with this run's. A "
+            "folder holding no run is refused. Without it a folder holding a run is refused, unless "
+            "--resume_from_checkpoint continues that run."
         },
     )
     auto_mixed_precision: bool = field(

@@ -109,6 +109,12 @@ def refuse_finished_run(checkpoint: str, training_args) -> None:
     )
 
 
+def holds_run(directory: Path) -> bool:
+    """Whether `directory` holds a training run (its model's config, its trainer state or checkpoints)."""
+    return (directory / "config.json").is_file() or (directory / TRAINER_STATE_NAME).is_file() or bool(
+        list_checkpoints(directory))
+
+
 def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     """Refuse to train into a folder that holds an earlier run or anything else (its checkpoints would mix with this
     run's, `--resume_from_checkpoint last` could pick one of them, its files would be replaced), unless resuming a
@@ -117,9 +123,14 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     output_dir = Path(training_args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
     continuing = checkpoint is not None and Path(checkpoint).resolve().parent == output_dir.resolve()
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    if training_args.overwrite_output_dir and entries and not continuing and not holds_run(output_dir):
+        raise ConfigurationError(
+            f"--overwrite_output_dir replaces a training run, but --output_dir {output_dir} holds none (no "
+            f"config.json, {TRAINER_STATE_NAME} or checkpoint-*; it holds {shown}); choose another folder"
+        )
     if continuing or not entries or training_args.overwrite_output_dir:
         return
-    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
     if checkpoint is not None:
         raise ConfigurationError(
             f"--output_dir {output_dir} already holds other files ({shown}), and --resume_from_checkpoint {checkpoint} "
@@ -323,9 +334,12 @@ def setup_training(
         if training_args.max_tokens is not None:
             check_token_budget(tokenized["train"], training_args)
         if first:  # every check passed: now the run may write
-            if training_args.overwrite_output_dir and not resuming:
-                for earlier in list_checkpoints(output_dir) if output_dir.is_dir() else []:
-                    shutil.rmtree(earlier)
+            if training_args.overwrite_output_dir and not resuming and output_dir.is_dir():
+                for earlier in output_dir.iterdir():  # the whole earlier run: its checkpoints, logs, evaluations
+                    if earlier.is_dir() and not earlier.is_symlink():
+                        shutil.rmtree(earlier)
+                    else:
+                        earlier.unlink()
             if data_args.tokenizer_name_or_path is None and not resuming:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 tokenizer.save_pretrained(output_dir)

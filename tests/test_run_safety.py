@@ -65,9 +65,23 @@ def test_overwrite_output_dir_removes_the_earlier_checkpoints(earlier_run, tmp_p
             (folder / path.name).write_bytes(path.read_bytes())
     (folder / "checkpoint-1000").mkdir()  # a stale checkpoint of a longer earlier run
     (folder / "checkpoint-1000" / "trainer_state.json").write_text(json.dumps({"global_step": 1000}))
+    (folder / "eval-test").mkdir()  # scores of the earlier model, and a result this run will not write
+    (folder / "eval-test" / "results.json").write_text('{"bleu": 99.0}')
+    (folder / "predict_results.json").write_text("{}")
     run(folder, "--max_steps", "6", "--save_steps", "3", "--overwrite_output_dir", "true")
     assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 6
+    assert not (folder / "eval-test").exists() and not (folder / "predict_results.json").exists()
+
+
+def test_overwrite_output_dir_refuses_a_folder_that_holds_no_run(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.de").write_text("ein Hund\n")
+    with pytest.raises(ConfigurationError, match=r"--overwrite_output_dir replaces a training run, but --output_dir "
+                                                 r".*data holds none \(.*it holds train.de\)"):
+        run(folder, "--max_steps", "2", "--overwrite_output_dir", "true")
+    assert [path.name for path in folder.iterdir()] == ["train.de"]
 
 
 def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys):
