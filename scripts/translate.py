@@ -67,7 +67,7 @@ def build_parser() -> OneLineErrorParser:
 
 def main(argv=None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options may stand between the model and the sentences
     try:  # everything that can be checked is checked before the model loads
         if args.texts and args.input:
             raise ValueError("give sentences as arguments or --input, not both")

@@ -183,6 +183,8 @@ def test_script_translates_arguments_files_and_stdin(model_dir, loaded, tmp_path
 
     run_script(monkeypatch, model_dir, *SOURCES, "--num_beams", "2")
     assert capsys.readouterr().out.splitlines() == expected
+    run_script(monkeypatch, model_dir, "--num_beams", "2", *SOURCES[:1], "--max_tokens", "20", *SOURCES[1:])
+    assert capsys.readouterr().out.splitlines() == expected  # options before, between and after the sentences
 
     source_file, output_file = tmp_path / "source.txt", tmp_path / "hypotheses.txt"
     source_file.write_text("\n".join([SOURCES[0], "", *SOURCES[1:], "  "]) + "\n")
