@@ -239,6 +239,18 @@ def _format(value) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) and not math.isnan(value) else str(value)
 
 
+def check_card_writable(model_dir: str | os.PathLike) -> None:
+    """Before an evaluation: a model folder's card that `record_evaluation` could not read is named now, before
+    anything is translated or written (ValueError)."""
+    card = Path(model_dir) / MODEL_CARD_NAME
+    if card.is_file():
+        try:
+            card.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{card} is not valid UTF-8 ({error}): the scores cannot be added to it; fix or move "
+                             "it") from None
+
+
 def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: str) -> Path | None:
     """Write one evaluation (`modeling.evaluation.evaluate_model`'s results) into the model folder's card
     (README.md) as a section `## Evaluation: <test set>, beam <n>`: scores, signatures, the command. The section of

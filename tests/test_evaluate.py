@@ -190,6 +190,21 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     assert sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*")) == before  # nothing written
 
 
+def test_a_model_card_that_is_not_utf8_is_named_before_anything_is_translated(model_dir, tmp_path, monkeypatch, capsys):
+    changed = tmp_path / "model"
+    shutil.copytree(model_dir, changed)
+    (changed / "README.md").write_bytes(b"# model\n\nd\xe9j\xe0 vu\n")  # Latin-1, not UTF-8
+    before = sorted(changed.rglob("*"))
+    monkeypatch.setattr("modeling.evaluation.load_translation_model", lambda *args, **kwargs: 1 / 0)
+    (tmp_path / "s.txt").write_text("1 2\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, changed, "--source", tmp_path / "s.txt", "--reference", tmp_path / "s.txt")
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, "evaluate.py", r"model/README\.md is not valid UTF-8 .*the scores "
+                          r"cannot be added to it")
+    assert sorted(changed.rglob("*")) == before
+
+
 def test_a_split_named_by_its_files_must_have_the_language_pair(model_dir, data_dir, tmp_path, monkeypatch, capsys):
     """Another language's test file must not stand for the corpus's test split (test_2016_flickr here)."""
     data = tmp_path / "data"
