@@ -114,6 +114,7 @@ def test_script_writes_one_png_per_kind_and_layer(model_dir, tmp_path, monkeypat
         (["--layers", "-1"], "layer -1 is out of range"),
         (["--heads", "0", "4"], "head 4 is out of range for encoder attention: the encoder has 4 heads (0 to 3)"),
         (["--target", " "], "the target sentence ' ' is empty"),
+        (["--max_new_tokens", "0"], "argument --max_new_tokens: must be >= 1, got 0"),
     ],
 )
 def test_bad_choices_are_one_line_errors_and_write_nothing(model_dir, tmp_path, monkeypatch, capsys, arguments,
@@ -145,6 +146,17 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(model_dir, tmp_path, m
         error = capsys.readouterr().err.strip()
         assert error.startswith("plot_attention.py: error: ") and message in error and len(error.splitlines()) == 1
         assert not (tmp_path / "plots").exists()
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_the_model_loads(model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("modeling.attention_plots.load_translation_model", lambda *args, **kwargs: 1 / 0)
+    (tmp_path / "plots").write_text("keep")
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, model_dir, SOURCE, "--output_dir", tmp_path / "plots")
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"plot_attention.py: error: --output_dir {tmp_path / 'plots'} is a file; give a folder"
+    assert (tmp_path / "plots").read_text() == "keep"
 
 
 def test_missing_matplotlib_says_what_to_install(model_dir, tmp_path, monkeypatch, capsys):
