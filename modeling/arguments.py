@@ -16,6 +16,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -507,8 +508,11 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--output_dir") -> Non
         existing = existing.parent
     if not existing.is_dir():
         raise ConfigurationError(f"{flag} {path}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigurationError(f"{flag} {path}: {existing} is not writable")
+    try:  # a file made and removed again: os.access says yes to root and to folders like /proc that take no files
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ConfigurationError(f"{flag} {path}: {existing} is not writable ({error.strerror or error})") from None
 
 
 def validate_arguments(

@@ -659,6 +659,9 @@ def test_an_output_dir_that_cannot_be_a_folder_is_refused(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigurationError, match=r"^--output_dir .*file/out: .*file is a file, not a folder"):
         run_in_process(tmp_path / "file" / "out")
+    if Path("/proc").is_dir():  # a folder that takes no new files, even for root (for whom os.access says yes)
+        with pytest.raises(ConfigurationError, match=r"^--output_dir /proc/out: /proc is not writable \("):
+            run_in_process(Path("/proc/out"))
 
 
 def test_separate_tokenizers_are_refused_before_the_corpus_is_loaded(tmp_path):
