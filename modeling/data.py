@@ -450,6 +450,10 @@ def _text_pairs_dataset(source_path: Path, target_path: Path) -> Dataset:
         )
     except DatasetGenerationError as error:  # a line-count mismatch or bad UTF-8: our message, not the wrapper's
         raise (error.__cause__ if isinstance(error.__cause__, ValueError) else error) from None
+    except ValueError as error:  # `datasets` on zero rows: 'Instruction "train" corresponds to no data!'
+        if "corresponds to no data" not in str(error):
+            raise
+        raise ValueError(f"{source_path} and {target_path} hold no lines") from None
 
 
 def _line_pairs(source_path: str, target_path: str, digests) -> Iterator[dict[str, str]]:

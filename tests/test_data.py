@@ -122,6 +122,15 @@ def test_different_line_counts_name_both_files_and_counts(tmp_path):
         load_parallel_corpus(tmp_path, "de", "en")
 
 
+def test_empty_files_are_named_with_their_split(tmp_path):
+    write_lines(tmp_path / "train.de", ["a"])
+    write_lines(tmp_path / "train.en", ["b"])
+    (tmp_path / "val.de").write_text("")
+    (tmp_path / "val.en").write_text("")
+    with pytest.raises(ValueError, match=r"val\.de and .*val\.en hold no lines"):
+        load_parallel_corpus(tmp_path, "de", "en")
+
+
 def test_undecodable_bytes_name_file_and_line(tmp_path):
     (tmp_path / "train.de").write_bytes(b"gut\nschlecht \xc3\x28\n")
     write_lines(tmp_path / "train.en", ["good", "bad"])
