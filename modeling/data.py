@@ -59,6 +59,7 @@ _SPLIT_ALIASES = {
 _SPLIT_ORDER = ("train", "validation", "test")
 # `{split}.{suffix}` files whose suffix is a file format, not a language.
 _NOT_LANGUAGES = {"tsv", "jsonl", "json", "csv", "parquet", "arrow", "txt", "md", "py", "yaml", "yml", "zip", "tar"}
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z]{2,4})?")  # de, en, fra, pt-BR, zh_Hant
 _TEXT_PAIR_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<lang>[^.]+?)(?P<gz>\.gz)?$")
 _TABLE_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<format>tsv|jsonl)(?P<gz>\.gz)?$")
 _DEFAULT_COLUMN_PAIRS = (("source", "target"), ("src", "tgt"))
@@ -517,6 +518,9 @@ def _read_tsv(path: Path, columns, languages) -> tuple[list[str], list[str]]:
     hint = ""
     if columns is None and all(languages):
         hint = f" (or a header row naming {languages[0]!r} and {languages[1]!r})"
+    if first_data_row == 0 and None in languages and all(_LANGUAGE_CODE.fullmatch(name) for name in header[:2]):
+        logger.warning("%s: the first line %s looks like a header naming languages, but is read as a sentence pair: "
+                       "pass source_lang and target_lang to use it as the header", path, header)
     sources, targets = [], []
     for number, fields in enumerate(rows[first_data_row:], start=first_data_row + 1):
         if len(fields) != width:

@@ -148,7 +148,7 @@ def test_a_split_missing_one_side_is_named(tmp_path):
 # TSV and JSONL ----------------------------------------------------------------------------------------------------
 
 
-def test_tsv_with_and_without_header(tmp_path):
+def test_tsv_with_and_without_header(tmp_path, caplog):
     write_lines(tmp_path / "train.tsv", ["source\ttarget"] + [f"{s}\t{t}" for s, t in PAIRS[:2]])
     write_lines(tmp_path / "valid.tsv.gz", ["Hallo\tHello"], compress=True)
     corpus = load_parallel_corpus(tmp_path)
@@ -161,6 +161,13 @@ def test_tsv_with_and_without_header(tmp_path):
         load_parallel_corpus(named, "fr", "en")
     with pytest.raises(ValueError, match=r"column\(s\) \['fr'\] not in the header line \['id', 'en', 'de'\]"):
         load_parallel_corpus(named, source_column="fr", target_column="en")
+
+    languages = tmp_path / "languages.tsv"
+    write_lines(languages, ["de\ten", "Ein Hund.\tA dog."])
+    assert as_pairs(load_parallel_corpus(languages, "de", "en")["train"]) == [("Ein Hund.", "A dog.")]
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        assert len(load_parallel_corpus(languages)["train"]) == 2  # no languages given: the header is a pair
+    assert "looks like a header naming languages, but is read as a sentence pair" in caplog.text
 
     broken = tmp_path / "broken.tsv"
     write_lines(broken, ["a\tb", "c\td\te"])
