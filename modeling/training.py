@@ -170,9 +170,10 @@ def load_corpus(data_args: DataArguments):
         raise ConfigurationError(f"{flag} {data}: cannot load the corpus: {error}{cause}") from error
     if "train" not in corpus:
         raise ConfigurationError(f"{flag} {data}: the corpus has no train split (it has {list(corpus)})")
-    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples),
-                         ("test", data_args.max_test_samples)):
-        if limit is not None and split in corpus and len(corpus[split]) > limit:
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    for split in corpus:  # every other split is a test set (test, or test_2016 and test_2017, ...)
+        limit = limits.get(split, data_args.max_test_samples)
+        if limit is not None and len(corpus[split]) > limit:
             corpus[split] = corpus[split].select(range(limit))
     return corpus
 
@@ -394,9 +395,11 @@ def train(
     trainer.save_metrics("train", train_result.metrics)
 
     results, signatures = [], {}
-    for split, prefix in (("validation", "eval"), ("test", "test")):
+    test_sets = [split for split in tokenized if split not in ("train", "validation")]
+    for split in ["validation", *test_sets]:
         if split not in tokenized:
             continue
+        prefix = "eval" if split == "validation" else split
         trainer.compute_metrics = build_compute_metrics(tokenizer, corpus[split]["target"])
         output = trainer.predict(tokenized[split], metric_key_prefix=prefix)
         trainer.log_metrics(prefix, output.metrics)

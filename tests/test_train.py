@@ -610,6 +610,23 @@ def test_bad_arguments_fail_before_anything_is_written(tmp_path, extra, message)
     assert not (tmp_path / "out").exists()
 
 
+def test_every_test_set_is_scored_and_limited(tmp_path):
+    """Two test files (test_2016, test_2017) stay two splits: each is cut to --max_test_samples and scored."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pairs = [(f"{i} {i + 1} {i + 2}", f"{i + 2} {i + 1} {i}") for i in range(40)]
+    for split, rows in (("train", pairs[:30]), ("val", pairs[30:34]), ("test_2016", pairs[34:38]),
+                        ("test_2017", pairs[36:40])):
+        for language, side in (("de", 0), ("en", 1)):
+            (data / f"{split}.{language}").write_text("".join(row[side] + "\n" for row in rows))
+    metrics = run_in_process(tmp_path / "out", "--data_dir", str(data), "--source_lang", "de", "--target_lang", "en",
+                             "--max_test_samples", "3", "--max_steps", "2", "--eval_strategy", "no")
+    assert metrics["test_2016_sentences"] == metrics["test_2017_sentences"] == 3
+    for split in ("test_2016", "test_2017"):
+        assert json.loads((tmp_path / "out" / f"{split}_results.json").read_text())[f"{split}_sentences"] == 3
+        assert f"| {split} | 3 |" in (tmp_path / "out" / "README.md").read_text()
+
+
 def test_training_data_without_text_is_named_as_such(tmp_path):
     """Pairs removed as empty (blank or whitespace-only lines) are not helped by a larger --max_length."""
     data = tmp_path / "data"
