@@ -125,10 +125,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 f"index {i} (source {self.padded_source_lengths[i]}, target {self.padded_target_lengths[i]} tokens)"
                 for i in too_long[:3]
             )
+            padding = f", padded to multiples of {self.pad_to_multiple_of}" if self.pad_to_multiple_of else ""
             raise ValueError(
                 f"{len(too_long)} pair(s) exceed max_tokens={self.max_tokens} on their own "
-                f"(token_count={self.token_count!r}, padded to multiples of {self.pad_to_multiple_of}): {examples}. "
-                "Remove them (modeling.data.filter_pairs with max_length) or raise max_tokens."
+                f"(token_count={self.token_count!r}{padding}): {examples}"
             )
 
     def _pack(self) -> list[list[int]]:

@@ -148,7 +148,8 @@ def check_token_budget(train_dataset, training_args) -> None:
         token_budget_sampler(train_dataset, training_args)
     except ValueError as error:
         raise ConfigurationError(
-            f"--max_tokens {training_args.max_tokens} is too small for the training data: {error}"
+            f"--max_tokens {training_args.max_tokens} is too small for the training data: {error}; raise --max_tokens, "
+            "or lower --max_length (longer pairs are filtered out)"
         ) from None
 
 

@@ -600,7 +600,8 @@ def test_unknown_config_keys_are_refused(tmp_path):
         (["--label_smoothing_factor", "0.1"], r"^label smoothing is set twice"),
         (["--source_lang", "de"], r"^--source_lang de: the synthetic copy task has no languages; give the corpus"),
         # found in the data: the tokenizer is trained, but nothing is written
-        (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8"),
+        (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8 on "
+                                r"their own \(token_count=.*\): index .*; raise --max_tokens, or lower --max_length"),
         (["--max_length", "1"], r"^--max_length 1: no train pairs are left after filtering"),
     ],
 )
