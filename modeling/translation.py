@@ -65,6 +65,8 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
             if not isinstance(values, dict):
                 raise ValueError(f"{path / name} is not a JSON object of configuration values: the file is corrupt")
     if not any((path / name).is_file() for name in WEIGHTS_FILES):
+        if (path / CTRANSLATE2_MODEL_FILE).is_file():
+            hint = f"it holds a CTranslate2 export ({CTRANSLATE2_MODEL_FILE}): add --engine ctranslate2"
         raise FileNotFoundError(f"{model_name_or_path} holds no weights ({' or '.join(WEIGHTS_FILES)}): {hint}")
     _check_tokenizer_files(path, hint)
 

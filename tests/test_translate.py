@@ -385,6 +385,9 @@ def test_ctranslate2_checks_before_loading(model_dir, tmp_path, monkeypatch, cap
     assert "quantization 'int3' is not a CTranslate2 compute type; use one of default, auto, int8," in stderr
     stderr = fail_in_one_line(monkeypatch, capsys, tmp_path / "nowhere", "1 2", "--engine", "ctranslate2")
     assert "nowhere does not exist: give the output folder of scripts/export_ctranslate2.py" in stderr
+    (fake / "model.safetensors").unlink()  # an export, given to the PyTorch engine: the flag it lacks
+    stderr = fail_in_one_line(monkeypatch, capsys, fake, "1 2")
+    assert "holds a CTranslate2 export (model.bin): add --engine ctranslate2" in stderr
 
 
 def test_ctranslate2_errors_after_loading_are_one_line_and_write_nothing(ct2_dir, tmp_path, monkeypatch, capsys):
