@@ -148,6 +148,13 @@ class DataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
 
+    @property
+    def synthetic_task(self) -> str | None:
+        """The synthetic task trained on (copy without --data_dir or --dataset_name), None for a corpus."""
+        if self.data_dir is None and self.dataset_name in (None, *SYNTHETIC_TASKS):
+            return self.dataset_name or "copy"
+        return None
+
 
 # Training arguments given as floats: NaN and inf are refused (NaN passes every range check).
 FINITE_FLOATS = ("learning_rate", "warmup_steps", "adam_epsilon", "adam_beta1", "adam_beta2", "weight_decay",
@@ -529,13 +536,12 @@ def validate_arguments(
             f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); give a directory of "
             "{split}.{lang} files such as ../shared/data/multi30k, or leave it out to train on the copy task"
         )
-    synthetic = data_args.data_dir is None and data_args.dataset_name in (None, *SYNTHETIC_TASKS)
     languages = [f"--{name} {value}" for name in ("source_lang", "target_lang")
                  if (value := getattr(data_args, name)) is not None]
-    if synthetic and languages:
+    if data_args.synthetic_task and languages:
         raise ConfigurationError(
-            f"{' '.join(languages)}: the synthetic {data_args.dataset_name or 'copy'} task has no languages; give the "
-            "corpus with --data_dir or --dataset_name"
+            f"{' '.join(languages)}: the synthetic {data_args.synthetic_task} task has no languages; give the corpus "
+            "with --data_dir or --dataset_name"
         )
     tokenizer = None
     if data_args.tokenizer_name_or_path is not None:

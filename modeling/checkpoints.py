@@ -256,7 +256,7 @@ def average_checkpoints(
         if list_checkpoints(checkpoint):
             raise ValueError(
                 f"{checkpoint} is a run folder (it holds checkpoint-* folders), not a checkpoint: give its "
-                f"checkpoints, or average its last N with --last N"
+                "checkpoints, or average its last N with --last N"
             )
     state_dicts = [load_weights(checkpoint) for checkpoint in checkpoints]
     refuse_mismatched_checkpoints(checkpoints)

@@ -18,7 +18,6 @@ import jinja2
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .data import SYNTHETIC_TASKS
 from .hardware import device_name
 from .schedule import NOAM
 
@@ -112,8 +111,8 @@ def model_card_context(
     config = trainer.model.config
     output_dir = Path(training_args.output_dir)
     model_name = training_args.hub_model_id or output_dir.name
-    synthetic = data_args.data_dir is None and (data_args.dataset_name in (None, *SYNTHETIC_TASKS))
-    task = (data_args.dataset_name or "copy") if synthetic else None
+    task = data_args.synthetic_task
+    synthetic = task is not None
     dataset_id = (
         f"synthetic-{task}" if synthetic
         else data_args.dataset_name or Path(data_args.data_dir).resolve().name

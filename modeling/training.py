@@ -33,7 +33,13 @@ from .arguments import (
     model_config,
     validate_arguments,
 )
-from .checkpoints import ARCHITECTURE_FIELDS, TRAINER_STATE_NAME, checkpoint_problem, list_checkpoints
+from .checkpoints import (
+    ARCHITECTURE_FIELDS,
+    TRAINER_STATE_NAME,
+    checkpoint_problem,
+    holds_model,
+    list_checkpoints,
+)
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
@@ -75,8 +81,6 @@ def resolve_checkpoint(training_args) -> str | None:
     return str(value)
 
 
-
-
 def refuse_other_architecture(checkpoint: str, config) -> None:
     """Refuse to resume a checkpoint whose model has other sizes than the arguments ask for (its weights would not
     fit; the Trainer failed with a size-mismatch traceback)."""
@@ -110,16 +114,16 @@ def refuse_finished_run(checkpoint: str, training_args) -> None:
 
 
 def holds_run(directory: Path) -> bool:
-    """Whether `directory` holds a training run (its model's config, its trainer state or checkpoints)."""
-    return (directory / "config.json").is_file() or (directory / TRAINER_STATE_NAME).is_file() or bool(
-        list_checkpoints(directory))
+    """Whether `directory` holds a training run: its model, its trainer state or its checkpoints."""
+    return holds_model(directory) or (directory / TRAINER_STATE_NAME).is_file() or bool(list_checkpoints(directory))
 
 
 def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     """Refuse to train into a folder that holds an earlier run or anything else (its checkpoints would mix with this
     run's, `--resume_from_checkpoint last` could pick one of them, its files would be replaced), unless resuming a
-    checkpoint of that folder or --overwrite_output_dir (whose deletion of the earlier checkpoints waits until every
-    check has passed). A checkpoint from elsewhere continues into an empty or new folder only."""
+    checkpoint of that folder or --overwrite_output_dir (whose deletion of the earlier run waits until every check
+    has passed; a folder holding no run is refused). A checkpoint from elsewhere continues into an empty or new
+    folder only."""
     output_dir = Path(training_args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
     continuing = checkpoint is not None and Path(checkpoint).resolve().parent == output_dir.resolve()
@@ -127,7 +131,7 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     if training_args.overwrite_output_dir and entries and not continuing and not holds_run(output_dir):
         raise ConfigurationError(
             f"--overwrite_output_dir replaces a training run, but --output_dir {output_dir} holds none (no "
-            f"config.json, {TRAINER_STATE_NAME} or checkpoint-*; it holds {shown}); choose another folder"
+            f"model, {TRAINER_STATE_NAME} or checkpoint-*; it holds {shown}); choose another folder"
         )
     if continuing or not entries or training_args.overwrite_output_dir:
         return
