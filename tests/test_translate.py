@@ -395,7 +395,7 @@ def test_ctranslate2_errors_after_loading_are_one_line_and_write_nothing(ct2_dir
     long_line = " ".join(["7"] * 40)  # beyond the 32 positions: CTranslate2 cannot truncate it as PyTorch does
     stderr = fail_in_one_line(monkeypatch, capsys, ct2_dir, "1 2", long_line, "--engine", "ctranslate2",
                               "--output", output, "--device", "cpu")
-    assert "CTranslate2 could not translate: " in stderr and "positions >= 32" in stderr
+    assert "line 2: 41 tokens (</s> included) exceed the model's 32 positions, and CTranslate2 does not " in stderr
     stderr = fail_in_one_line(monkeypatch, capsys, ct2_dir, "1 2", "--engine", "ctranslate2", "--output", output,
                               "--device", "cpu", "--quantization", "float16")
     assert "float16" in stderr
