@@ -35,8 +35,10 @@ from .arguments import (
 )
 from .checkpoints import (
     ARCHITECTURE_FIELDS,
+    CHECKPOINT_PATTERN,
     TRAINER_STATE_NAME,
     checkpoint_problem,
+    checkpoint_step,
     holds_model,
     list_checkpoints,
 )
@@ -111,6 +113,19 @@ def refuse_finished_run(checkpoint: str, training_args) -> None:
         f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
         "it is); raise --max_steps or --num_train_epochs to train it further"
     )
+
+
+def warn_of_later_checkpoints(checkpoint: str) -> None:
+    """Resuming an older checkpoint of a run (after a loss spike, say) is allowed, but its later checkpoints are
+    replaced as training passes their steps: say so before they go."""
+    checkpoint = Path(checkpoint)
+    if not CHECKPOINT_PATTERN.match(checkpoint.name):
+        return
+    step = checkpoint_step(checkpoint)
+    later = [path.name for path in list_checkpoints(checkpoint.parent) if checkpoint_step(path) > step]
+    if later:
+        logger.warning("Resuming from %s, older than %s in the same run: those are replaced as training reaches their "
+                       "steps, and the run's final model too", checkpoint.name, ", ".join(later))
 
 
 def holds_run(directory: Path) -> bool:
@@ -293,6 +308,7 @@ def setup_training(
     if resuming:
         refuse_finished_run(checkpoint, training_args)
         refuse_other_architecture(checkpoint, config)
+        warn_of_later_checkpoints(checkpoint)
     refuse_earlier_run(training_args, checkpoint)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes

@@ -7,6 +7,7 @@ Runs are tiny (a few optimizer steps on the embedded copy task); the full main j
 
 import hashlib
 import json
+import logging
 import os
 import re
 import runpy
@@ -294,6 +295,21 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(resume_runs):
                                                  r"here\): resume with the run's own arguments"):
         run_in_process(straight, *common, "--max_steps", "20", "--d_model", "32")
     assert folder_digests(straight) == before
+
+
+def test_resuming_an_older_checkpoint_warns_that_the_later_ones_are_replaced(resume_runs, tmp_path, caplog):
+    straight, _ = resume_runs
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)  # a copy: the fixture's run stays as it is for the other tests
+    common = ["--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "64", "--max_tokens", "128",
+              "--max_eval_samples", "4", "--max_test_samples", "4"]
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):
+        run_in_process(run, *common, "--max_steps", "7", "--resume_from_checkpoint", str(run / "checkpoint-6"))
+    assert "Resuming from checkpoint-6, older than checkpoint-12 in the same run: those are replaced" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):  # the newest: nothing to warn of
+        run_in_process(run, *common, "--max_steps", "14", "--resume_from_checkpoint", "last")
+    assert "older than" not in caplog.text
 
 
 def test_resuming_from_the_wrong_place_or_into_another_folder_is_refused_and_changes_nothing(resume_runs, tmp_path):
