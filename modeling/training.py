@@ -133,6 +133,11 @@ def holds_run(directory: Path) -> bool:
     return holds_model(directory) or (directory / TRAINER_STATE_NAME).is_file() or bool(list_checkpoints(directory))
 
 
+def continues_in_place(training_args, checkpoint: str | None) -> bool:
+    """Whether the run resumes one of output_dir's own checkpoints (the run goes on in its folder)."""
+    return checkpoint is not None and Path(checkpoint).resolve().parent == Path(training_args.output_dir).resolve()
+
+
 def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     """Refuse to train into a folder that holds an earlier run or anything else (its checkpoints would mix with this
     run's, `--resume_from_checkpoint last` could pick one of them, its files would be replaced), unless resuming a
@@ -141,12 +146,18 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     folder only."""
     output_dir = Path(training_args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
-    continuing = checkpoint is not None and Path(checkpoint).resolve().parent == output_dir.resolve()
+    continuing = continues_in_place(training_args, checkpoint)
     shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
     if training_args.overwrite_output_dir and entries and not continuing and not holds_run(output_dir):
         raise ConfigurationError(
             f"--overwrite_output_dir replaces a training run, but --output_dir {output_dir} holds none (no "
             f"model, {TRAINER_STATE_NAME} or checkpoint-*; it holds {shown}); choose another folder"
+        )
+    inside = checkpoint is not None and output_dir.resolve() in Path(checkpoint).resolve().parents
+    if training_args.overwrite_output_dir and inside and not continuing:
+        raise ConfigurationError(
+            f"--resume_from_checkpoint {checkpoint} lies inside --output_dir {output_dir}, which "
+            "--overwrite_output_dir would delete first; copy the checkpoint out, or drop --overwrite_output_dir"
         )
     if continuing or not entries or training_args.overwrite_output_dir:
         return
@@ -356,7 +367,8 @@ def setup_training(
         if training_args.max_tokens is not None:
             check_token_budget(tokenized["train"], training_args)
         if first:  # every check passed: now the run may write
-            if training_args.overwrite_output_dir and not resuming and output_dir.is_dir():
+            replacing = training_args.overwrite_output_dir and not continues_in_place(training_args, checkpoint)
+            if replacing and output_dir.is_dir():
                 for earlier in output_dir.iterdir():  # the whole earlier run: its checkpoints, logs, evaluations
                     if earlier.is_dir() and not earlier.is_symlink():
                         shutil.rmtree(earlier)

@@ -74,6 +74,24 @@ def test_overwrite_output_dir_removes_the_earlier_checkpoints(earlier_run, tmp_p
     assert not (folder / "eval-test").exists() and not (folder / "predict_results.json").exists()
 
 
+def test_overwrite_output_dir_with_a_checkpoint_of_another_folder_replaces_the_earlier_run(earlier_run, tmp_path):
+    folder, other = tmp_path / "run", tmp_path / "other"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    subprocess.run(["cp", "-r", str(earlier_run), str(other)], check=True)
+    (folder / "eval-old").mkdir()
+    run(folder, "--max_steps", "6", "--save_steps", "6", "--overwrite_output_dir", "true",
+        "--resume_from_checkpoint", str(other / "checkpoint-4"))
+    assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-6"]  # not the old checkpoint-8
+    assert not (folder / "eval-old").exists()
+    inside = folder / "kept" / "checkpoint-6"  # a checkpoint in the folder that would be deleted first
+    inside.parent.mkdir()
+    subprocess.run(["cp", "-r", str(folder / "checkpoint-6"), str(inside)], check=True)
+    with pytest.raises(ConfigurationError, match=r"checkpoint-6 lies inside --output_dir .*run, which "
+                                                 r"--overwrite_output_dir would delete first"):
+        run(folder, "--max_steps", "8", "--overwrite_output_dir", "true", "--resume_from_checkpoint", str(inside))
+    assert inside.is_dir()
+
+
 def test_overwrite_output_dir_refuses_a_folder_that_holds_no_run(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
