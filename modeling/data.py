@@ -518,7 +518,7 @@ def _read_tsv(path: Path, columns, languages) -> tuple[list[str], list[str]]:
     hint = ""
     if columns is None and all(languages):
         hint = f" (or a header row naming {languages[0]!r} and {languages[1]!r})"
-    if first_data_row == 0 and None in languages and all(_LANGUAGE_CODE.fullmatch(name) for name in header[:2]):
+    if first_data_row == 0 and None in languages and len(header) == 2 and all(map(_LANGUAGE_CODE.fullmatch, header)):
         logger.warning("%s: the first line %s looks like a header naming languages, but is read as a sentence pair: "
                        "pass source_lang and target_lang to use it as the header", path, header)
     sources, targets = [], []

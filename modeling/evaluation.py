@@ -170,10 +170,11 @@ def read_test_set_split(
     (train, validation, test) or by its file name (Multi30k's `test_2016_flickr` is the corpus's `test`)."""
     corpus = load_parallel_corpus(data_dir, source_lang, target_lang)
     resolved = split
-    languages = find_text_pairs(Path(data_dir)).get(split, {}) if Path(data_dir).is_dir() else {}
-    if split not in corpus and languages:
+    files = list(Path(data_dir).iterdir()) if Path(data_dir).is_dir() else []
+    if split not in corpus and any(path.name.startswith(f"{split}.") for path in files):
+        languages = find_text_pairs(Path(data_dir)).get(split)  # line-aligned files: {lang: path}
         wanted = {source_lang, target_lang} - {None}
-        if len(languages) < 2 or not wanted <= set(languages):
+        if languages is not None and (len(languages) < 2 or not wanted <= set(languages)):
             raise ValueError(
                 f"--split {split!r} in {data_dir} has files for {sorted(languages)} only, not a "
                 f"{'-'.join(sorted(wanted)) or 'language'} pair"

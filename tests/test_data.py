@@ -168,6 +168,12 @@ def test_tsv_with_and_without_header(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="modeling.data"):
         assert len(load_parallel_corpus(languages)["train"]) == 2  # no languages given: the header is a pair
     assert "looks like a header naming languages, but is read as a sentence pair" in caplog.text
+    caplog.clear()
+    one_column = tmp_path / "one_column.tsv"
+    write_lines(one_column, ["ja", "Ein Hund.\tA dog."])
+    with caplog.at_level(logging.WARNING, logger="modeling.data"), pytest.raises(ValueError, match="line 1 has 1"):
+        load_parallel_corpus(one_column)
+    assert "looks like a header" not in caplog.text
 
     broken = tmp_path / "broken.tsv"
     write_lines(broken, ["a\tb", "c\td\te"])

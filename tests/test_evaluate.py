@@ -205,6 +205,16 @@ def test_a_model_card_that_is_not_utf8_is_named_before_anything_is_translated(mo
     assert sorted(changed.rglob("*")) == before
 
 
+def test_a_tsv_split_is_found_by_its_file_name(tmp_path):
+    from modeling.evaluation import read_test_set_split
+
+    for split in ("train", "valid", "test_2017"):
+        (tmp_path / f"{split}.tsv").write_text(f"{split} eins\t{split} one\n")
+    test_set = read_test_set_split(tmp_path, "test_2017")  # the corpus's only test split, "test"
+    assert (test_set.name, test_set.origin["split"], test_set.sources) == ("test_2017", "test", ["test_2017 eins"])
+    assert read_test_set_split(tmp_path, "valid").references == ["valid one"]
+
+
 def test_a_split_named_by_its_files_must_have_the_language_pair(model_dir, data_dir, tmp_path, monkeypatch, capsys):
     """Another language's test file must not stand for the corpus's test split (test_2016_flickr here)."""
     data = tmp_path / "data"
