@@ -360,7 +360,8 @@ class TrainingArgumentParser(OneLineErrorParser, HfArgumentParser):
 
 
 def build_parser() -> TrainingArgumentParser:
-    parser = TrainingArgumentParser(ARGUMENT_CLASSES, prog="train.py")
+    # allow_abbrev=False: a flag is spelled out, so that `_choose_batching` sees which ones the command line gives
+    parser = TrainingArgumentParser(ARGUMENT_CLASSES, prog="train.py", allow_abbrev=False)
     parser.add_argument(
         "--config",
         default=None,
@@ -447,16 +448,18 @@ def parse_arguments(
 
 def _choose_batching(training_args, argv: Sequence[str], config_values: dict) -> None:
     """One training batch rule: token budgets (--max_tokens) or a fixed number of pairs (--per_device_train_batch_size).
-    A batch size on the command line overrides a config file's token budget, as every flag overrides the file; both
-    given in one place are refused (the batch size would be ignored)."""
+    Either on the command line overrides the other from a config file, as every flag overrides the file; both given
+    in one place (the command line, or the file without the command line's choice) are refused: the batch size would
+    be ignored."""
     def on_command_line(flag):
         return any(arg == flag or arg.startswith(f"{flag}=") for arg in argv)
 
     batch_size = "--per_device_train_batch_size"
     if on_command_line(batch_size) and not on_command_line("--max_tokens"):
         training_args.max_tokens = None
-    elif training_args.max_tokens is not None and (
-        on_command_line(batch_size) or "per_device_train_batch_size" in config_values
+    elif on_command_line(batch_size) or (
+        "per_device_train_batch_size" in config_values and "max_tokens" in config_values
+        and not on_command_line("--max_tokens")
     ):
         raise ConfigurationError(
             f"{batch_size} and --max_tokens both set the training batch; token-budget batches (--max_tokens) ignore "

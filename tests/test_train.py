@@ -563,6 +563,11 @@ def test_one_training_batch_rule_a_command_line_batch_size_overrides_the_files_t
     (tmp_path / "both.yaml").write_text("max_tokens: 256\nper_device_train_batch_size: 4\n")
     with pytest.raises(ConfigurationError, match=r"--per_device_train_batch_size and --max_tokens both set"):
         parse_arguments(["--config", str(tmp_path / "both.yaml")])
+    for flag, value, expected in (("--max_tokens", "512", (512, 4)), ("--per_device_train_batch_size", "2", (None, 2))):
+        chosen = parse_arguments(["--config", str(tmp_path / "both.yaml"), flag, value])[2]  # the command line wins
+        assert (chosen.max_tokens, chosen.per_device_train_batch_size) == expected
+    with pytest.raises(SystemExit):  # flags are spelled out (an abbreviation would slip past the rule)
+        parse_arguments(["--per_device_train_batch", "4"], default_config=DEFAULT_CONFIG)
 
 
 def test_a_schedule_gets_its_arguments_from_lr_scheduler_kwargs():
