@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .batching import TokenBudgetBatchSampler
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR, load_target_tokenizer
@@ -65,6 +65,12 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
                 values = None
             if not isinstance(values, dict):
                 raise ValueError(f"{path / name} is not a JSON object of configuration values: the file is corrupt")
+    if (path / "generation_config.json").is_file():
+        try:  # its values are checked when the model loads, where a wrong type is a bare TypeError
+            GenerationConfig.from_pretrained(path)
+        except (TypeError, ValueError) as error:
+            message = f"{path / 'generation_config.json'} holds a value generate() cannot use: {error}"
+            raise ValueError(message) from None
     if not any((path / name).is_file() for name in WEIGHTS_FILES):
         if (path / CTRANSLATE2_MODEL_FILE).is_file():
             hint = f"it holds a CTranslate2 export ({CTRANSLATE2_MODEL_FILE}): add --engine ctranslate2"
@@ -145,9 +151,6 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
     except StrictDataclassError as error:  # a value of the wrong type or outside its range in config.json
         reason = " ".join(line.strip() for line in str(error.__cause__ or error).splitlines())
         raise ValueError(f"{model_name_or_path}: its config.json does not describe a valid model: {reason}") from None
-    except TypeError as error:  # e.g. a string where generation_config.json needs a number
-        raise ValueError(f"{model_name_or_path}: its config.json or generation_config.json holds a value of the wrong "
-                         f"type ({error})") from None
     except RuntimeError as error:
         if "ignore_mismatched_sizes" not in str(error):
             raise
