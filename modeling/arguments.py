@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,13 +162,16 @@ FINITE_FLOATS = ("learning_rate", "warmup_steps", "adam_epsilon", "adam_beta1", 
                  "max_grad_norm", "num_train_epochs")
 
 
-def check_schedule_arguments(name: str, scheduler_kwargs: dict | None) -> None:
-    """Build transformers' schedule `name` on a stand-in optimizer, so that one needing arguments (cosine_with_min_lr:
-    min_lr; warmup_stable_decay: num_decay_steps) is refused now, not after the data and the tokenizer are ready."""
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+def check_schedule_arguments(name: str, scheduler_kwargs: dict | None, learning_rate: float) -> None:
+    """Build transformers' schedule `name` on a stand-in optimizer with the run's rate, so that one needing arguments
+    (cosine_with_min_lr: min_lr; warmup_stable_decay: num_decay_steps) or given bad ones (polynomial: an lr_end above
+    the rate) is refused now, not after the data and the tokenizer are ready."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=learning_rate)
     try:
-        get_scheduler(name, optimizer, num_warmup_steps=1, num_training_steps=2,
-                      scheduler_specific_kwargs=scheduler_kwargs or {})
+        with warnings.catch_warnings():  # the schedule's own notes are for the run, not for this check
+            warnings.simplefilter("ignore")
+            get_scheduler(name, optimizer, num_warmup_steps=1, num_training_steps=2,
+                          scheduler_specific_kwargs=scheduler_kwargs or {})
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"--lr_scheduler {name}: {error} (give its arguments as JSON: --lr_scheduler_kwargs '{{\"name\": value}}')."
@@ -332,7 +336,7 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         self.bf16, self.fp16 = mixed_precision(self.bf16, self.fp16, launcher_precision, automatic)
         super().__post_init__()
         if self.lr_scheduler != NOAM:  # after transformers has read --lr_scheduler_kwargs' JSON
-            check_schedule_arguments(self.lr_scheduler, self.lr_scheduler_kwargs)
+            check_schedule_arguments(self.lr_scheduler, self.lr_scheduler_kwargs, self.learning_rate)
 
 
 def mixed_precision(

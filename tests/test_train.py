@@ -545,6 +545,8 @@ def test_config_file_values_are_defaults_that_flags_override(tmp_path):
         (["--lr_scheduler", "cosine_with_min_lr"], r"--lr_scheduler cosine_with_min_lr: One of min_lr or min_lr_rate "
                                                     r"should be set .*--lr_scheduler_kwargs"),
         (["--lr_scheduler", "warmup_stable_decay"], r"--lr_scheduler warmup_stable_decay: .*'num_decay_steps'"),
+        (["--lr_scheduler", "polynomial", "--learning_rate", "1e-4", "--lr_scheduler_kwargs", '{"lr_end": 1e-3}'],
+         r"--lr_scheduler polynomial: lr_end \(0.001\) must be smaller than initial lr \(0.0001\)"),
     ],
 )
 def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
