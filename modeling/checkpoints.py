@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from .model_card import MODEL_CARD_NAME, averaged_model_card
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
+from .tokenization import load_tokenizers, same_vocabulary
 from .weight_files import (
     CHECKSUMS_NAME,
     WEIGHTS_INDEX_NAME,
@@ -177,13 +178,12 @@ def refuse_mismatched_checkpoints(checkpoints: Sequence[Path]) -> None:
         if later[: len(earlier)] != earlier:
             raise ValueError(f"{earlier_checkpoint} and {later_checkpoint} come from different runs (their training "
                              "logs differ); average checkpoints of one run")
-    for name in ("tokenizer.json", f"{TARGET_TOKENIZER_SUBDIR}/tokenizer.json"):
-        contents = [(checkpoint, (checkpoint / name).read_bytes()) for checkpoint in checkpoints
-                    if (checkpoint / name).is_file()]
-        for checkpoint, content in contents[1:]:
-            if content != contents[0][1]:
-                raise ValueError(f"{contents[0][0]} and {checkpoint} have different tokenizers ({name}): their token "
-                                 "ids mean different things; average checkpoints of one run")
+    tokenizers = [(checkpoint, load_tokenizers(checkpoint)) for checkpoint in checkpoints
+                  if (checkpoint / "tokenizer.json").is_file()]
+    for checkpoint, tokenizer in tokenizers[1:]:
+        if not same_vocabulary(tokenizer, tokenizers[0][1]):
+            raise ValueError(f"{tokenizers[0][0]} and {checkpoint} have different tokenizers (vocabularies): their "
+                             "token ids mean different things; average checkpoints of one run")
 
 
 def holds_model(directory: str | os.PathLike) -> bool:
@@ -258,9 +258,8 @@ def average_checkpoints(
                 f"{checkpoint} is a run folder (it holds checkpoint-* folders), not a checkpoint: give its "
                 "checkpoints, or average its last N with --last N"
             )
-    state_dicts = [load_weights(checkpoint) for checkpoint in checkpoints]
-    refuse_mismatched_checkpoints(checkpoints)
-    averaged = average_state_dicts(state_dicts)
+    refuse_mismatched_checkpoints(checkpoints)  # before the weights are read: they may take minutes
+    averaged = average_state_dicts([load_weights(checkpoint) for checkpoint in checkpoints])
 
     output_dir.mkdir(parents=True, exist_ok=True)
     newest = checkpoints[-1]

@@ -245,6 +245,12 @@ def save_tokenizers(
             shutil.rmtree(directory / TARGET_TOKENIZER_SUBDIR)
 
 
+def same_vocabulary(tokenizers, others) -> bool:
+    """Whether two tokenizers (or source/target pairs of them) map the same tokens to the same ids."""
+    tokenizers, others = (t if isinstance(t, tuple) else (t,) for t in (tokenizers, others))
+    return len(tokenizers) == len(others) and all(a.get_vocab() == b.get_vocab() for a, b in zip(tokenizers, others))
+
+
 def load_tokenizers(
     directory: str | os.PathLike,
 ) -> PreTrainedTokenizerFast | tuple[PreTrainedTokenizerFast, PreTrainedTokenizerFast]:

@@ -47,7 +47,7 @@ from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
 from .model_card import model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
-from .tokenization import dataset_texts, load_tokenizers, train_tokenizer
+from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
 from .trainer import TransformerSeq2SeqTrainer, token_budget_sampler
 
 logger = logging.getLogger(__name__)
@@ -207,12 +207,6 @@ def load_corpus(data_args: DataArguments):
         if limit is not None and len(corpus[split]) > limit:
             corpus[split] = corpus[split].select(range(limit))
     return corpus
-
-
-def same_vocabulary(tokenizers, others) -> bool:
-    """Whether two tokenizers (or source/target pairs of them) map the same tokens to the same ids."""
-    tokenizers, others = (t if isinstance(t, tuple) else (t,) for t in (tokenizers, others))
-    return len(tokenizers) == len(others) and all(a.get_vocab() == b.get_vocab() for a, b in zip(tokenizers, others))
 
 
 def get_tokenizer(

@@ -124,6 +124,7 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
         average_state_dicts([{"w": torch.zeros(2)}, {"v": torch.zeros(2)}])
     with pytest.raises(ValueError, match="different shapes"):
         average_state_dicts([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])
+    (tmp_path / "config.json").write_text("{}")  # a config, but no weights
     with pytest.raises(ValueError, match="holds no model.safetensors"):
         average_checkpoints([tmp_path], tmp_path / "out")
 
@@ -131,13 +132,14 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
 def test_only_the_model_files_of_the_newest_checkpoint_come_along(run_dir, tmp_path):
     """A checkpoint's own evaluations (eval-*/, its card) belong to it, not to the average; a target tokenizer comes."""
     run, _ = run_dir
-    newest = tmp_path / "run" / "checkpoint-200"
-    shutil.copytree(run / "checkpoint-100", newest)
+    older, newest = tmp_path / "run" / "checkpoint-100", tmp_path / "run" / "checkpoint-200"
+    for source, checkpoint in ((run / "checkpoint-10", older), (run / "checkpoint-100", newest)):
+        shutil.copytree(source, checkpoint)  # with a separate target tokenizer (here the same one again)
+        shutil.copytree(source, checkpoint / "target_tokenizer", ignore=lambda *_: ["model.safetensors"])
     (newest / "README.md").write_text("# checkpoint-200\n## Evaluation: val, beam 1\n| 1014 | 0.01 |\n")
     (newest / "eval-val").mkdir()
     (newest / "eval-val" / "results.json").write_text('{"bleu": 0.01}')
-    shutil.copytree(run / "checkpoint-100", newest / "target_tokenizer", ignore=lambda *_: ["model.safetensors"])
-    output = average_checkpoints([run / "checkpoint-10", newest], tmp_path / "averaged")
+    output = average_checkpoints([older, newest], tmp_path / "averaged")
     names = {path.name for path in output.iterdir()}
     assert "eval-val" not in names and "README.md" not in names  # the run (tmp_path/run) has no card
     assert (output / "target_tokenizer" / "tokenizer.json").read_bytes() == (newest / "tokenizer.json").read_bytes()
@@ -239,6 +241,7 @@ def test_a_truncated_checkpoint_is_named_when_averaging(run_dir, tmp_path):
     broken.mkdir()
     weights = (run / "checkpoint-9" / "model.safetensors").read_bytes()
     (broken / "model.safetensors").write_bytes(weights[:-10])
+    shutil.copy(run / "checkpoint-9" / "config.json", broken)
     with pytest.raises(ValueError, match=r"checkpoint-7/model.safetensors is not a complete safetensors file.*trunc"):
         average_checkpoints([run / "checkpoint-9", broken], tmp_path / "out")
     assert not (tmp_path / "out").exists()

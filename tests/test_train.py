@@ -297,6 +297,15 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(resume_runs):
     assert folder_digests(straight) == before
 
 
+def test_the_checkpoints_of_an_interrupted_and_resumed_run_average_as_one_run(resume_runs, tmp_path):
+    """The checks that refuse checkpoints of different runs (training logs, configs, tokenizers) accept one run's,
+    written by two processes: 6 steps, then resumed to 12."""
+    _, interrupted = resume_runs
+    output = average_checkpoints(last_checkpoints(interrupted, 2), tmp_path / "averaged")
+    assert json.loads((output / "averaged_from.json").read_text())["checkpoints"] == [
+        str(interrupted / "checkpoint-6"), str(interrupted / "checkpoint-12")]
+
+
 def test_resuming_an_older_checkpoint_warns_that_the_later_ones_are_replaced(resume_runs, tmp_path, caplog):
     straight, _ = resume_runs
     run = tmp_path / "run"
