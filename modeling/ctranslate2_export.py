@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -329,10 +330,22 @@ def translate_ctranslate2(
     texts = list(texts)
     to_translate = [index for index, text in enumerate(texts) if text.strip()]
     source_ids = tokenizer([texts[index] for index in to_translate])["input_ids"] if to_translate else []
-    generated = ctranslate2_generate(
-        translator, source_ids, tokenizer, target_tokenizer, num_beams=num_beams, max_new_tokens=max_new_tokens,
-        length_penalty=length_penalty, batch_size=batch_size,
-    )
+    try:
+        generated = ctranslate2_generate(
+            translator, source_ids, tokenizer, target_tokenizer, num_beams=num_beams, max_new_tokens=max_new_tokens,
+            length_penalty=length_penalty, batch_size=batch_size,
+        )
+    except RuntimeError as error:  # "No position encodings are defined for positions >= N": name the line
+        if match := re.search(r"positions >= (\d+)", str(error)):
+            positions = int(match[1])
+            for index, ids in zip(to_translate, source_ids):
+                if len(ids) > positions:
+                    raise ValueError(
+                        f"line {index + 1}: {len(ids)} tokens (</s> included) exceed the model's {positions} "
+                        "positions, and CTranslate2 does not truncate: shorten it, or use the PyTorch engine (which "
+                        "truncates)"
+                    ) from None
+        raise
     translations = [""] * len(texts)
     for index, ids in zip(to_translate, generated):
         translations[index] = (target_tokenizer or tokenizer).decode(ids, skip_special_tokens=True).strip()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -307,21 +306,12 @@ def translate_with_ctranslate2(
     from .ctranslate2_export import translate_ctranslate2  # here: that module imports this one
 
     _check_at_least_one(num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    texts = list(texts)
     try:
         translations = translate_ctranslate2(
             texts, model_dir, num_beams=num_beams, max_new_tokens=max_new_tokens,
             batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device, compute_type=compute_type,
         )
-    except RuntimeError as error:  # CTranslate2 reports bad inputs and devices so (e.g. positions beyond its table)
-        if match := re.search(r"positions >= (\d+)", str(error)):  # name the first line that is too long
-            positions, tokenizer = int(match[1]), AutoTokenizer.from_pretrained(model_dir)  # the source tokenizer
-            for number, ids in enumerate(tokenizer(texts, verbose=False)["input_ids"], start=1):
-                if len(ids) > positions and texts[number - 1].strip():
-                    raise ValueError(
-                        f"line {number}: {len(ids)} tokens (</s> included) exceed the model's {positions} positions, "
-                        "and CTranslate2 does not truncate: shorten it, or use the PyTorch engine (which truncates)"
-                    ) from None
+    except RuntimeError as error:  # CTranslate2 reports bad inputs and devices so
         raise ValueError(f"CTranslate2 could not translate: {error}") from error
     return [single_line(text) for text in translations]
 
