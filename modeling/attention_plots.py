@@ -232,6 +232,8 @@ def plot_attention(
     written."""
     require_matplotlib()
     check_sentences(source, target)
+    if Path(output_dir).exists() and not Path(output_dir).is_dir():
+        raise ValueError(f"--output_dir {output_dir} is a file; give a folder")
     # The choices are checked against the config before the weights load (a quick error, no loading output).
     check_selection(AutoConfig.from_pretrained(model_dir, trust_remote_code=True), kinds, layers, heads)
     model, tokenizer, target_tokenizer = load_attention_model(model_dir)

@@ -238,7 +238,7 @@ def _format(value) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) and not math.isnan(value) else str(value)
 
 
-def check_card_writable(model_dir: str | os.PathLike) -> None:
+def check_card_readable(model_dir: str | os.PathLike) -> None:
     """Before an evaluation: a model folder's card that `record_evaluation` could not read is named now, before
     anything is translated or written (ValueError)."""
     card = Path(model_dir) / MODEL_CARD_NAME

@@ -9,7 +9,6 @@ Without --target the decoder side is the model's greedy translation. Needs matpl
 """
 
 import argparse
-from pathlib import Path
 
 from modeling.attention_plots import ATTENTION_KINDS, plot_attention
 from modeling.command_line import OneLineErrorParser, check_utf8_arguments, positive_int
@@ -38,8 +37,6 @@ def main(argv=None) -> None:
     try:
         check_utf8_arguments([args.source], "the source sentence")
         check_utf8_arguments([args.target] if args.target is not None else [], "--target")
-        if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
-            raise ValueError(f"--output_dir {args.output_dir} is a file; give a folder")
         paths = plot_attention(
             args.model, args.source, args.output_dir, target=args.target, kinds=args.kinds, layers=args.layers,
             heads=args.heads, max_new_tokens=args.max_new_tokens,
