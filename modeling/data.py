@@ -63,6 +63,8 @@ _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z]{2,4})?")  # de, en, fra, p
 _TEXT_PAIR_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<lang>[^.]+?)(?P<gz>\.gz)?$")
 _TABLE_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<format>tsv|jsonl)(?P<gz>\.gz)?$")
 _DEFAULT_COLUMN_PAIRS = (("source", "target"), ("src", "tgt"))
+_DATA_FILE_BUILDERS = {"csv": "csv", "json": "json", "parquet": "parquet"}  # file extension -> `datasets` builder
+_DATASETS_METADATA = ("dataset_info", "dataset_infos", "dataset_dict", "state")  # `datasets`' own json files
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -152,15 +154,18 @@ def load_parallel_corpus(
             corpus = _load_tables({"train": path}, source_lang, target_lang, source_column, target_column)
         else:
             if path.is_file():  # a single csv/json/parquet file: let `datasets` read it as the train split
-                builder = {".csv": "csv", ".json": "json", ".parquet": "parquet"}.get(path.suffix)
+                builder = _DATA_FILE_BUILDERS.get(path.suffix.lstrip("."))
                 if builder is None:
                     raise ValueError(
                         f"cannot read {path}: a single file must be .tsv, .jsonl (optionally .gz), .csv, .json or "
                         ".parquet; for line-aligned text give the directory holding {split}.{lang} files"
                     )
-                raw = load_dataset(builder, data_files={"train": str(path)}, **load_dataset_kwargs)
-            else:
-                raw = load_dataset(str(data), dataset_config, **load_dataset_kwargs)
+                raw = _load_data_files(builder, {"train": [str(path)]}, load_dataset_kwargs)
+            elif path.is_dir() and (data_files := _find_data_files(path)):
+                raw = _load_data_files(*data_files, load_dataset_kwargs)
+            else:  # a Hub name (an existing folder by its full path: "json" alone would be datasets' JSON builder)
+                raw = load_dataset(str(path.resolve()) if path.is_dir() else str(data), dataset_config,
+                                   **load_dataset_kwargs)
             corpus = _from_datasets(
                 raw, source_lang, target_lang, source_column, target_column, dataset_config, keep=splits
             )
@@ -474,6 +479,31 @@ def _line_pairs(source_path: str, target_path: str, digests) -> Iterator[dict[st
 
 
 # TSV and JSONL ---------------------------------------------------------------------------------------------------
+
+
+def _find_data_files(directory: Path) -> tuple[str, dict[str, list[str]]] | None:
+    """(builder, {split: [file]}) for the `{split}.csv|json|parquet` files of a directory, with the split names
+    canonicalised as for text files (so `valid` and `validation` together are refused, and `newstest2014` stays a
+    split of its own rather than being merged or dropped by `datasets`' file-name patterns); None when it has none."""
+    found = {}
+    for path in sorted(directory.iterdir()):
+        name, _, extension = path.name.partition(".")
+        if path.is_file() and extension in _DATA_FILE_BUILDERS and name not in _DATASETS_METADATA:
+            found[name] = path
+    if not found:
+        return None
+    builders = {_DATA_FILE_BUILDERS[path.name.partition(".")[2]] for path in found.values()}
+    if len(builders) > 1:
+        raise ValueError(f"{directory} mixes {' and '.join(sorted(builders))} files; keep one format")
+    names = canonical_split_names(list(found))
+    return builders.pop(), {names[name]: [str(path)] for name, path in found.items()}
+
+
+def _load_data_files(builder: str, data_files: dict[str, list[str]], load_dataset_kwargs: dict) -> DatasetDict:
+    """`datasets`' csv/json/parquet builder on the given files; CSV cells are read as stored (pandas would turn
+    "NA", "None", "null", "n/a" ... into missing values)."""
+    options = {"keep_default_na": False, "na_filter": False} if builder == "csv" else {}
+    return load_dataset(builder, data_files=data_files, **options, **load_dataset_kwargs)
 
 
 def _find_tables(directory: Path) -> dict[str, Path]:

@@ -211,6 +211,24 @@ def test_local_dataset_folder_with_a_translation_column_goes_through_load_datase
     assert as_pairs(load_parallel_corpus(tmp_path, "en", "de")["validation"]) == [(PAIRS[0][1], PAIRS[0][0])]
 
 
+def test_a_folder_of_csv_files_keeps_each_file_a_split_and_each_cell_as_stored(tmp_path, monkeypatch):
+    """`datasets`' file-name patterns would merge `train.csv` and `train_backtranslated.csv` and drop
+    `newstest2014.csv`; pandas would read "NA" or "null" as missing values."""
+    corpus_dir = tmp_path / "csv"  # named like datasets' csv builder: read as this folder, by its path
+    corpus_dir.mkdir()
+    for split, rows in (("train", ["Hallo,hello", "NA,null"]), ("train_backtranslated", ["a,b"]), ("dev", ["c,d"]),
+                        ("newstest2014", ["e,f"])):
+        write_lines(corpus_dir / f"{split}.csv", ["de,en", *rows])
+    monkeypatch.chdir(tmp_path)
+    corpus = load_parallel_corpus("csv", "de", "en")
+    assert {split: len(rows) for split, rows in corpus.items()} == {
+        "train": 2, "validation": 1, "train_backtranslated": 1, "newstest2014": 1}
+    assert as_pairs(corpus["train"]) == [("Hallo", "hello"), ("NA", "null")]
+    write_lines(corpus_dir / "validation.csv", ["de,en", "g,h"])
+    with pytest.raises(ValueError, match=r"splits 'dev' and 'validation' would both become 'validation'; keep one"):
+        load_parallel_corpus(corpus_dir, "de", "en")
+
+
 def test_translation_direction_defaults_to_the_config_name_order():
     from modeling.data import _from_datasets  # what load_parallel_corpus("wmt14", dataset_config="de-en") runs
 
