@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Translation, Value, load_dataset, load_from_disk
 from datasets.exceptions import DatasetGenerationError
+from datasets.features import Json
 
 from .batching import token_lengths
 from .tokenization import read_lines
@@ -620,7 +621,10 @@ def _from_datasets(
                 raise ValueError(f"column {column!r} not in the {where}")
     elif "translation" in columns:
         feature = features["translation"]
-        languages = list(getattr(feature, "languages", None) or feature.keys())
+        if isinstance(feature, Json):  # rows of differing keys: `datasets` keeps them as JSON, read them all
+            languages = sorted({key for row in first["translation"] if isinstance(row, dict) for key in row})
+        else:
+            languages = list(getattr(feature, "languages", None) or feature.keys())
         preferred = dataset_config.split("-") if dataset_config and dataset_config.count("-") == 1 else None
         source_key, target_key = _choose_languages(
             languages, source_lang, target_lang, f"the translation column ({where})", preferred
@@ -639,14 +643,18 @@ def _from_datasets(
                 "source_lang/target_lang, 'source'/'target', or pass source_column/target_column"
             )
 
+    def side(batch, column, key):
+        if key is None:
+            return batch[column]
+        return [row.get(key) if isinstance(row, dict) else None for row in batch[column]]  # a JSON row may lack it
+
     def extract(batch):
-        sources = batch[source_column] if source_key is None else [row[source_key] for row in batch[source_column]]
-        targets = batch[target_column] if target_key is None else [row[target_key] for row in batch[target_column]]
+        sides = {"source": side(batch, source_column, source_key), "target": side(batch, target_column, target_key)}
+        for texts in sides.values():  # a JSON column is typed row by row
+            if wrong := next((text for text in texts if text is not None and not isinstance(text, str)), None):
+                raise ValueError(f"the {where} holds {wrong!r} where a sentence belongs, not text")
         # A missing side becomes "", which `filter_pairs` counts as empty instead of failing later.
-        return {
-            "source": ["" if text is None else text for text in sources],
-            "target": ["" if text is None else text for text in targets],
-        }
+        return {name: ["" if text is None else text for text in texts] for name, texts in sides.items()}
 
     splits = {}
     for split, dataset in raw.items():
@@ -654,6 +662,8 @@ def _from_datasets(
             continue  # converting a split costs a pass over it (wmt14's train has 4.5M pairs)
         for column, key in ((source_column, source_key), (target_column, target_key)):
             feature = dataset.features[column]
+            if isinstance(feature, Json):
+                continue  # no declared type: `extract` checks each value
             if key is not None:  # a Translation feature holds strings; a struct column holds what it declares
                 feature = Value("string") if isinstance(feature, Translation) else feature[key]
             if getattr(feature, "dtype", None) not in ("string", "large_string"):

@@ -229,6 +229,16 @@ def test_a_folder_of_csv_files_keeps_each_file_a_split_and_each_cell_as_stored(t
         load_parallel_corpus(corpus_dir, "de", "en")
 
 
+def test_a_translation_column_whose_rows_differ_keeps_every_row(tmp_path):
+    """Rows lacking a language, or with a third one, or null: `datasets` types such a column as JSON; a missing
+    side becomes "" (counted as empty when filtering), as for a Translation column."""
+    rows = [{"translation": {"de": "a", "en": "A"}}, {"translation": {"de": "b"}},
+            {"translation": {"de": "c", "en": "C", "fr": "ç"}}, {"translation": None}]
+    (tmp_path / "train.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    corpus = load_parallel_corpus(tmp_path, "de", "en")
+    assert as_pairs(corpus["train"]) == [("a", "A"), ("b", ""), ("c", "C"), ("", "")]
+
+
 def test_translation_direction_defaults_to_the_config_name_order():
     from modeling.data import _from_datasets  # what load_parallel_corpus("wmt14", dataset_config="de-en") runs
 
