@@ -725,6 +725,9 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def _prepare_generation_config(self, generation_config, **kwargs):
+        # A caller's max_length counts: the saved config's max_new_tokens (train.py writes one) would win over it.
+        if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
+            kwargs["max_new_tokens"] = None
         # transformers lets num_beams < 1 through to a ZeroDivisionError or a "negative dimension" deep in search.
         generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
         if generation_config.num_beams is not None and generation_config.num_beams < 1:

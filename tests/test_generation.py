@@ -59,6 +59,16 @@ def test_beam_search_reorders_only_the_self_attention_cache(model, monkeypatch):
         assert torch.equal(layer.keys, full_layer.keys) and torch.equal(layer.values, full_layer.values)
 
 
+def test_a_callers_max_length_wins_over_the_saved_max_new_tokens(model):
+    """train.py saves max_new_tokens in generation_config.json; transformers would let it override max_length."""
+    input_ids, attention_mask = padded_batch()
+    model.generation_config.max_new_tokens = 8
+    model.generation_config.min_new_tokens = 8  # no early </s>: the lengths are the limits
+    assert model.generate(input_ids, attention_mask=attention_mask).shape[1] == 1 + 8
+    assert model.generate(input_ids, attention_mask=attention_mask, max_length=4).shape[1] == 4
+    assert model.generate(input_ids, attention_mask=attention_mask, max_length=4, max_new_tokens=6).shape[1] == 1 + 6
+
+
 def test_static_cache_decoding_compiles_without_graph_breaks(model):
     """`_can_compile_fullgraph`: with a static cache, generate() compiles the decoding step with fullgraph=True, which
     fails on any graph break (a host sync, a data-dependent branch). The eager backend traces without inductor."""
