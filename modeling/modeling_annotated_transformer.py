@@ -648,6 +648,8 @@ def label_smoothed_loss(
     q is 0). Written in closed form so q is never materialised:
         KL = sum_v q_v log q_v - sum_v q_v log p_v.
     """
+    if not 0 <= epsilon < 1:  # the config checks it when built, not when changed later (from_pretrained kwargs)
+        raise ValueError(f"`label_smoothing` must be in [0, 1), got {epsilon}.")
     logits = logits.float().reshape(-1, logits.size(-1))  # no copy when already float32
     labels = labels.reshape(-1)
     if pad_token_id is not None:

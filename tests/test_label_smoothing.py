@@ -147,3 +147,11 @@ def test_confident_one_hot_prediction_is_penalised_by_smoothing():
     smoothed = loss_for(confident, labels, 0.1)
     assert smoothed > 1.0
     assert smoothed == pytest.approx(reference_loss(confident, labels, 0.1).item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, -0.5, float("nan")])
+def test_a_smoothing_outside_its_range_set_after_the_config_was_built_is_named(epsilon):
+    """`from_pretrained(folder, label_smoothing=1.0)` sets it without the config's checks; log(1 - 1) would be a bare
+    "math domain error"."""
+    with pytest.raises(ValueError, match=r"`label_smoothing` must be in \[0, 1\)"):
+        label_smoothed_loss(torch.zeros(1, 2, 5), torch.tensor([[1, 2]]), epsilon, PAD)
