@@ -142,7 +142,7 @@ def load_parallel_corpus(
         path = Path(data)
         if not path.exists() and (path.is_absolute() or str(data).startswith((".", "~"))):
             raise FileNotFoundError(f"{data} does not exist (a path, not a dataset name, since it starts with . / ~)")
-        if path.is_dir() and (path / "dataset_dict.json").is_file():
+        if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
             corpus = _from_datasets(
                 load_from_disk(path), source_lang, target_lang, source_column, target_column, keep=splits
             )

@@ -66,6 +66,8 @@ class AnnotatedTransformerTranslationPipeline(Pipeline):
 
     def __init__(self, *args, target_tokenizer=None, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.tokenizer is None:  # given a model object, transformers does not look for its tokenizer
+            raise ValueError("the translation pipeline needs the model's tokenizer: pass tokenizer=...")
         if target_tokenizer is None and self.model.name_or_path:
             target_tokenizer = load_target_tokenizer(self.model.name_or_path)
         self.target_tokenizer = target_tokenizer or self.tokenizer

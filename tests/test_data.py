@@ -257,6 +257,9 @@ def test_two_named_columns_and_save_to_disk_folders(tmp_path):
         load_parallel_corpus(tmp_path / "saved")
     with pytest.raises(ValueError, match="score.* not text"):
         load_parallel_corpus(tmp_path / "saved", source_column="german", target_column="score")
+    Dataset.from_dict(rows).save_to_disk(tmp_path / "one")  # a single Dataset: the train split
+    assert as_pairs(load_parallel_corpus(tmp_path / "one", source_column="german", target_column="english")["train"]) \
+        == PAIRS
 
 
 # Filtering and tokenization ---------------------------------------------------------------------------------------

@@ -134,6 +134,8 @@ def test_pipeline_options_and_round_trip(model_dir, tmp_path):
     # An in-memory model (no folder to read custom_pipelines from) uses the class directly.
     direct = AnnotatedTransformerTranslationPipeline(model=model, tokenizer=tokenizer, device="cpu")
     assert direct(SOURCES[:2], num_beams=3, batch_size=2) == [{"translation_text": text} for text in expected]
+    with pytest.raises(ValueError, match="the translation pipeline needs the model's tokenizer: pass tokenizer="):
+        AnnotatedTransformerTranslationPipeline(model=model, device="cpu")
 
     translator.save_pretrained(tmp_path / "saved")
     assert json.loads((tmp_path / "saved" / "config.json").read_text())["custom_pipelines"]
