@@ -63,10 +63,10 @@ def test_a_callers_max_length_wins_over_the_saved_max_new_tokens(model):
     """train.py saves max_new_tokens in generation_config.json; transformers would let it override max_length."""
     input_ids, attention_mask = padded_batch()
     model.generation_config.max_new_tokens = 8
-    model.generation_config.min_new_tokens = 8  # no early </s>: the lengths are the limits
-    assert model.generate(input_ids, attention_mask=attention_mask).shape[1] == 1 + 8
-    assert model.generate(input_ids, attention_mask=attention_mask, max_length=4).shape[1] == 4
-    assert model.generate(input_ids, attention_mask=attention_mask, max_length=4, max_new_tokens=6).shape[1] == 1 + 6
+    kwargs = dict(attention_mask=attention_mask, suppress_tokens=[model.config.eos_token_id])  # the limits decide
+    assert model.generate(input_ids, **kwargs).shape[1] == 1 + 8
+    assert model.generate(input_ids, max_length=4, **kwargs).shape[1] == 4
+    assert model.generate(input_ids, max_length=4, max_new_tokens=6, **kwargs).shape[1] == 1 + 6
 
 
 def test_static_cache_decoding_compiles_without_graph_breaks(model):
