@@ -127,6 +127,9 @@ class TransformerEmbeddings(nn.Module):
             raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
+        if 0 in inputs_embeds.shape[:2]:  # torch would fail later, reshaping the attention heads
+            shape = tuple(inputs_embeds.shape[:2])
+            raise ValueError(f"Empty input: (batch, length) = {shape}; give at least one token.")
         inputs_embeds = inputs_embeds * self.embed_scale
         positions = self.embed_positions(past_length, inputs_embeds.shape[1])
         return self.dropout(inputs_embeds + positions.to(inputs_embeds.dtype))

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -321,6 +322,18 @@ def test_generate_refuses_source_ids_outside_the_vocabulary():
     input_ids, attention_mask = padded_batch()
     with pytest.raises(ValueError, match=r"`input_ids` holds the token id 99"):
         tiny_model().generate(input_ids.masked_fill(input_ids == input_ids[0, 0], 99), max_new_tokens=3)
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0, 4)])
+def test_an_empty_input_is_refused_by_name(shape):
+    """torch would fail deep inside attention, reshaping the heads of zero tokens."""
+    model = tiny_model()
+    empty, one = torch.zeros(shape, dtype=torch.long), torch.ones(1, 1, dtype=torch.long)
+    for inputs in ({"input_ids": empty, "decoder_input_ids": one}, {"input_ids": one, "decoder_input_ids": empty}):
+        with pytest.raises(ValueError, match=re.escape(f"Empty input: (batch, length) = {shape}; give at least one")):
+            model(**inputs)
+    with pytest.raises(ValueError, match="Empty input"):
+        model.generate(empty, max_new_tokens=3)
 
 
 @pytest.mark.parametrize("mask_shape", [(1, 7), (2, 5), (2, 9), (3, 7)])
