@@ -7,10 +7,13 @@
 - a directory of line-aligned text files `{split}.{lang}` or `{split}.{lang}.gz` (Multi30k, IWSLT/WMT dumps),
   one sentence per line, line N of one language the translation of line N of the other;
 - `{split}.tsv` / `{split}.jsonl` files (`.gz` allowed) in a directory, or one such file (the train split);
-- a folder written by `DatasetDict.save_to_disk`;
-- anything else goes to `datasets.load_dataset(data, dataset_config)`: a Hub name ("wmt14", "de-en"), or a local
-  folder of csv/json/parquet files, with a `translation` column of {language: text} (wmt14 and iwslt2017 style) or
-  two named text columns.
+- a folder written by `DatasetDict.save_to_disk` (or `Dataset.save_to_disk`: the train split);
+- `{split}.csv` / `{split}.json` / `{split}.parquet` files in a directory (shards `{split}-00000-of-00002.parquet`),
+  each a split named as above, read by `datasets`' builder for the format of the train split's files (others are
+  ignored, with a warning), CSV cells as stored ("NA" and "null" included), or one such file (the train split);
+- anything else goes to `datasets.load_dataset(data, dataset_config)`: a Hub name ("wmt14", "de-en") or a Hub-style
+  folder (`data/train-00000-of-00001.parquet`).
+Datasets have a `translation` column of {language: text} (wmt14 and iwslt2017 style) or two named text columns.
 
 Split names become `train`, `validation` (from val, valid, dev, ...) and `test` (also from the one `test*` split
 when there is exactly one, such as Multi30k's `test_2016_flickr`). Other splits keep their names.
@@ -64,8 +67,9 @@ _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z]{2,4})?")  # de, en, fra, p
 _TEXT_PAIR_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<lang>[^.]+?)(?P<gz>\.gz)?$")
 _TABLE_FILE = re.compile(r"^(?P<split>[^.]+)\.(?P<format>tsv|jsonl)(?P<gz>\.gz)?$")
 _DEFAULT_COLUMN_PAIRS = (("source", "target"), ("src", "tgt"))
-_DATA_FILE_BUILDERS = {"csv": "csv", "json": "json", "parquet": "parquet"}  # file extension -> `datasets` builder
-_DATASETS_METADATA = ("dataset_info", "dataset_infos", "dataset_dict", "state")  # `datasets`' own json files
+# `{split}.csv|json|parquet`, or a shard of a split, `{split}-00000-of-00002.parquet`; the format is the builder's name
+_DATA_FILE = re.compile(r"^(?P<split>[^.]+?)(?P<shard>-\d+-of-\d+)?\.(?P<format>csv|json|parquet)$")
+_DATASETS_METADATA = ("dataset_info", "dataset_infos")  # `datasets`' own json files, not data
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -155,14 +159,14 @@ def load_parallel_corpus(
             corpus = _load_tables({"train": path}, source_lang, target_lang, source_column, target_column)
         else:
             if path.is_file():  # a single csv/json/parquet file: let `datasets` read it as the train split
-                builder = _DATA_FILE_BUILDERS.get(path.suffix.lstrip("."))
-                if builder is None:
+                match = _DATA_FILE.match(path.name)
+                if match is None:
                     raise ValueError(
                         f"cannot read {path}: a single file must be .tsv, .jsonl (optionally .gz), .csv, .json or "
                         ".parquet; for line-aligned text give the directory holding {split}.{lang} files"
                     )
-                raw = _load_data_files(builder, {"train": [str(path)]}, load_dataset_kwargs)
-            elif path.is_dir() and (data_files := _find_data_files(path)):
+                raw = _load_data_files(match["format"], {"train": [str(path)]}, load_dataset_kwargs)
+            elif path.is_dir() and "data_files" not in load_dataset_kwargs and (data_files := _find_data_files(path)):
                 raw = _load_data_files(*data_files, load_dataset_kwargs)
             else:  # a Hub name (an existing folder by its full path: "json" alone would be datasets' JSON builder)
                 raw = load_dataset(str(path.resolve()) if path.is_dir() else str(data), dataset_config,
@@ -483,21 +487,29 @@ def _line_pairs(source_path: str, target_path: str, digests) -> Iterator[dict[st
 
 
 def _find_data_files(directory: Path) -> tuple[str, dict[str, list[str]]] | None:
-    """(builder, {split: [file]}) for the `{split}.csv|json|parquet` files of a directory, with the split names
-    canonicalised as for text files (so `valid` and `validation` together are refused, and `newstest2014` stays a
-    split of its own rather than being merged or dropped by `datasets`' file-name patterns); None when it has none."""
-    found = {}
+    """(format, {split: [files]}) for the `{split}.csv|json|parquet` files (and shards) of a directory, with the
+    split names canonicalised as for text files (so `valid` and `validation` together are refused, and
+    `newstest2014` stays a split of its own rather than being merged or dropped by `datasets`' file-name patterns);
+    None when it has none. The train split's format is the corpus's; files of another format are left out, named."""
+    by_format: dict[str, dict[str, list[str]]] = {}
     for path in sorted(directory.iterdir()):
-        name, _, extension = path.name.partition(".")
-        if path.is_file() and extension in _DATA_FILE_BUILDERS and name not in _DATASETS_METADATA:
-            found[name] = path
-    if not found:
+        match = _DATA_FILE.match(path.name)
+        if path.is_file() and match and match["split"] not in _DATASETS_METADATA:
+            if not re.fullmatch(r"\w+", match["split"]):
+                raise ValueError(f"{path}: a split's file is named {{split}}.{match['format']} (letters, digits, _) "
+                                 f"or {{split}}-00000-of-00002.{match['format']} for shards")
+            by_format.setdefault(match["format"], {}).setdefault(match["split"], []).append(str(path))
+    if not by_format:
         return None
-    builders = {_DATA_FILE_BUILDERS[path.name.partition(".")[2]] for path in found.values()}
-    if len(builders) > 1:
-        raise ValueError(f"{directory} mixes {' and '.join(sorted(builders))} files; keep one format")
-    names = canonical_split_names(list(found))
-    return builders.pop(), {names[name]: [str(path)] for name, path in found.items()}
+    with_train = [name for name, files in by_format.items() if "train" in files]
+    if len(with_train) > 1 or (not with_train and len(by_format) > 1):
+        raise ValueError(f"{directory} mixes {' and '.join(sorted(by_format))} files for its splits; keep one format")
+    chosen = with_train[0] if with_train else next(iter(by_format))
+    if ignored := sorted(path for name, files in by_format.items() if name != chosen for paths in files.values()
+                         for path in paths):
+        logger.warning("%s: reading its %s files; left out: %s", directory, chosen, ", ".join(ignored))
+    names = canonical_split_names(list(by_format[chosen]))
+    return chosen, {names[split]: files for split, files in by_format[chosen].items()}
 
 
 def _load_data_files(builder: str, data_files: dict[str, list[str]], load_dataset_kwargs: dict) -> DatasetDict:
@@ -621,8 +633,9 @@ def _from_datasets(
                 raise ValueError(f"column {column!r} not in the {where}")
     elif "translation" in columns:
         feature = features["translation"]
-        if isinstance(feature, Json):  # rows of differing keys: `datasets` keeps them as JSON, read them all
-            languages = sorted({key for row in first["translation"] if isinstance(row, dict) for key in row})
+        if isinstance(feature, Json):  # rows of differing keys, kept as JSON: the languages of a sample
+            sample = first.select(range(min(len(first), 10_000)))["translation"]
+            languages = sorted({key for row in sample if isinstance(row, dict) for key in row})
         else:
             languages = list(getattr(feature, "languages", None) or feature.keys())
         preferred = dataset_config.split("-") if dataset_config and dataset_config.count("-") == 1 else None

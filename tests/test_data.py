@@ -229,6 +229,23 @@ def test_a_folder_of_csv_files_keeps_each_file_a_split_and_each_cell_as_stored(t
         load_parallel_corpus(corpus_dir, "de", "en")
 
 
+def test_a_folder_of_data_files_takes_shards_ignores_other_formats_and_yields_to_data_files(tmp_path, caplog):
+    for shard, pairs in enumerate((PAIRS[:2], PAIRS[2:])):
+        Dataset.from_dict({"de": [s for s, _ in pairs], "en": [t for _, t in pairs]}).to_parquet(
+            tmp_path / f"train-0000{shard}-of-00002.parquet")
+    (tmp_path / "metadata.json").write_text('{"license": "cc-by"}\n')  # not data: another format than train's
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        corpus = load_parallel_corpus(tmp_path, "de", "en")
+    assert as_pairs(corpus["train"]) == PAIRS and list(corpus) == ["train"]
+    assert "reading its parquet files; left out: " in caplog.text and "metadata.json" in caplog.text
+    chosen = load_parallel_corpus(tmp_path, "de", "en", data_files={"train": str(tmp_path / "train-00001-of-00002"
+                                                                                              ".parquet")})
+    assert as_pairs(chosen["train"]) == PAIRS[2:]  # the caller's data_files, not the folder's files
+    (tmp_path / "train-part1.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"train-part1.parquet: a split's file is named \{split\}.parquet"):
+        load_parallel_corpus(tmp_path, "de", "en")
+
+
 def test_a_translation_column_whose_rows_differ_keeps_every_row(tmp_path):
     """Rows lacking a language, or with a third one, or null: `datasets` types such a column as JSON; a missing
     side becomes "" (counted as empty when filtering), as for a Translation column."""
