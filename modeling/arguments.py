@@ -462,7 +462,7 @@ def _choose_batching(training_args, argv: Sequence[str], config_values: dict) ->
     if on_command_line(batch_size) and not on_command_line("--max_tokens"):
         training_args.max_tokens = None
     elif on_command_line(batch_size) or (
-        "per_device_train_batch_size" in config_values and "max_tokens" in config_values
+        "per_device_train_batch_size" in config_values and config_values.get("max_tokens") is not None
         and not on_command_line("--max_tokens")
     ):
         raise ConfigurationError(

@@ -138,8 +138,9 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         if self.tie_word_embeddings and self.src_vocab_size != self.vocab_size:
             raise ValueError(
                 f"Tied embeddings need one shared vocabulary, but `src_vocab_size` ({self.src_vocab_size}) != "
-                f"`vocab_size` ({self.vocab_size}); set both to the shared size (`src_vocab_size` took `vocab_size`'s "
-                "value when the config was built), or `tie_word_embeddings=False` for separate vocabularies."
+                f"`vocab_size` ({self.vocab_size}); set both to the shared size (left unset, `src_vocab_size` takes "
+                "`vocab_size`'s value when the config is built), or `tie_word_embeddings=False` for separate "
+                "vocabularies."
             )
         if self.label_smoothing > 0 and self.vocab_size < 3:
             raise ValueError(f"Label smoothing needs `vocab_size` >= 3, got {self.vocab_size}.")

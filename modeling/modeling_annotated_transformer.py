@@ -730,7 +730,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def _prepare_generation_config(self, generation_config, **kwargs):
-        # A caller's max_length counts: the saved config's max_new_tokens (train.py writes one) would win over it.
+        # A caller's max_length keyword counts: the saved config's max_new_tokens (train.py writes one) would win.
         if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
             kwargs["max_new_tokens"] = None
         # transformers lets num_beams < 1 through to a ZeroDivisionError or a "negative dimension" deep in search.

@@ -577,6 +577,9 @@ def test_one_training_batch_rule_a_command_line_batch_size_overrides_the_files_t
     for flag, value, expected in (("--max_tokens", "512", (512, 4)), ("--per_device_train_batch_size", "2", (None, 2))):
         chosen = parse_arguments(["--config", str(tmp_path / "both.yaml"), flag, value])[2]  # the command line wins
         assert (chosen.max_tokens, chosen.per_device_train_batch_size) == expected
+    (tmp_path / "pairs.yaml").write_text("max_tokens: null\nper_device_train_batch_size: 4\n")  # batches of 4
+    chosen = parse_arguments(["--config", str(tmp_path / "pairs.yaml")])[2]
+    assert (chosen.max_tokens, chosen.per_device_train_batch_size) == (None, 4)
     with pytest.raises(SystemExit):  # flags are spelled out (an abbreviation would slip past the rule)
         parse_arguments(["--per_device_train_batch", "4"], default_config=DEFAULT_CONFIG)
 
