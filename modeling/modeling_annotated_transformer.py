@@ -5,9 +5,9 @@ scaled dot-product and multi-head attention (§3.2), the position-wise feed-forw
 the residual + LayerNorm wrapper (§3.1, §5.4), encoder and decoder layers and stacks (§3.1), and the
 generating head with the pre-softmax projection and the label-smoothed loss (§3.4, §5.4).
 
-This file travels to the Hub as custom code: it imports only torch, transformers and the files next to it (relative
-imports: the configuration, the weights-file checks and the translation pipeline), so `trust_remote_code=True`
-loads it where this package is not installed.
+This file travels to the Hub as custom code: it imports only torch, transformers (with huggingface_hub, which
+transformers requires) and the files next to it (relative imports: the configuration, the weights-file checks and
+the translation pipeline), so `trust_remote_code=True` loads it where this package is not installed.
 """
 
 import math
@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -341,6 +342,15 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
     # no graph break in any forward, a static cache included: generate() may compile the decoding step
     _can_compile_fullgraph = True
 
+    def __init__(self, config: AnnotatedTransformerConfig, *inputs, **kwargs):
+        # The configuration's checks ran when it was built; `from_pretrained(..., label_smoothing=1.0)` sets values
+        # after that, so they run again on what the model is built from.
+        try:
+            config.validate()
+        except StrictDataclassError as error:
+            raise ValueError(str(error.__cause__ or error)) from None
+        super().__init__(config, *inputs, **kwargs)
+
     def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
         """Save as transformers does, plus the weights' SHA-256 digests (`checksums.sha256`) that loading checks."""
         # Saved as custom code (`register_for_auto_class`), the folder should also open with `AutoModel`, not only
@@ -651,8 +661,6 @@ def label_smoothed_loss(
     q is 0). Written in closed form so q is never materialised:
         KL = sum_v q_v log q_v - sum_v q_v log p_v.
     """
-    if not 0 <= epsilon < 1:  # the config checks it when built, not when changed later (from_pretrained kwargs)
-        raise ValueError(f"`label_smoothing` must be in [0, 1), got {epsilon}.")
     logits = logits.float().reshape(-1, logits.size(-1))  # no copy when already float32
     labels = labels.reshape(-1)
     if pad_token_id is not None:

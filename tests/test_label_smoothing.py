@@ -150,8 +150,11 @@ def test_confident_one_hot_prediction_is_penalised_by_smoothing():
 
 
 @pytest.mark.parametrize("epsilon", [1.0, -0.5, float("nan")])
-def test_a_smoothing_outside_its_range_set_after_the_config_was_built_is_named(epsilon):
-    """`from_pretrained(folder, label_smoothing=1.0)` sets it without the config's checks; log(1 - 1) would be a bare
-    "math domain error"."""
+def test_a_smoothing_outside_its_range_given_when_loading_is_refused(epsilon, tmp_path):
+    """`from_pretrained(folder, label_smoothing=...)` sets the value after the config's own checks; the model runs
+    them again (log(1 - 1) in the loss would be a bare "math domain error")."""
+    AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerConfig(vocab_size=20, d_model=8,
+                                                 encoder_attention_heads=2, decoder_attention_heads=2)
+                                                 ).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"`label_smoothing` must be in \[0, 1\)"):
-        label_smoothed_loss(torch.zeros(1, 2, 5), torch.tensor([[1, 2]]), epsilon, PAD)
+        AnnotatedTransformerForConditionalGeneration.from_pretrained(tmp_path, label_smoothing=epsilon)
