@@ -650,6 +650,77 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _loss_chunk_rows(logits: torch.Tensor) -> int:
+    """Rows of logits the loss reads at a time, in float32: 4 MiB on a CPU (its passes over a chunk stay in cache),
+    256 MiB elsewhere (few kernel launches; the float32 copies of bf16 logits stay bounded)."""
+    elements = 2**20 if logits.device.type == "cpu" else 2**26
+    return max(1, elements // logits.size(-1))
+
+
+class LabelSmoothedCrossEntropy(torch.autograd.Function):
+    """The summed loss of `label_smoothed_loss` over rows of logits, and its gradient, fused.
+
+    With log p = logits - lse (lse: each row's log-sum-exp), q's weights 1 - epsilon (gold) and s = epsilon / (V - 2)
+    (every other token but padding), and sum_v q_v = 1, a kept row's loss is
+        sum_v q_v log q_v + lse - (1 - epsilon) logit_gold - s * (sum_v logit_v - logit_gold - logit_pad)
+    and its gradient softmax(logits) - q. Forward reads the logits once per chunk of rows (see `_loss_chunk_rows`)
+    for lse and the row sums, in float32 for bf16/fp16 logits; backward writes the gradient chunk by chunk. Nothing
+    of the logits' size is kept or built beside the gradient itself: no log-softmax copy for backward, no float32
+    copy of bf16 logits, no one-hot or zero-filled gradient buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, labels, epsilon: float, pad_token_id: int | None):
+        rows, vocab_size = logits.shape
+        keep = labels != -100
+        gold_ids = labels.clamp(min=0)
+        smooth = 0.0 if epsilon == 0 else epsilon / (vocab_size - 1 - (pad_token_id is not None))
+        dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 for bf16/fp16 logits
+        lse = torch.empty(rows, dtype=dtype, device=logits.device)
+        sums = torch.empty_like(lse) if smooth else None
+        step = _loss_chunk_rows(logits)
+        for start in range(0, rows, step):
+            chunk = logits[start : start + step].to(dtype)  # a view unless the logits are bf16/fp16
+            torch.logsumexp(chunk, dim=-1, out=lse[start : start + step])
+            if smooth:
+                torch.sum(chunk, dim=-1, out=sums[start : start + step])
+        gold = logits.gather(-1, gold_ids.unsqueeze(-1)).squeeze(-1).to(dtype)
+        loss = lse - gold
+        if smooth:
+            others = sums - gold
+            if pad_token_id is not None:
+                others = others - logits[:, pad_token_id].to(dtype)
+            # Constant entropy term sum_v q_v log q_v, so the loss is 0 when p == q (as nn.KLDivLoss reports it).
+            entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(smooth)
+            loss = entropy + lse - (1 - epsilon) * gold - smooth * others
+        ctx.save_for_backward(logits, gold_ids, keep, lse)
+        ctx.epsilon, ctx.smooth, ctx.pad_token_id = epsilon, smooth, pad_token_id
+        return (loss * keep).sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output):
+        logits, gold_ids, keep, lse = ctx.saved_tensors
+        epsilon, smooth, pad_token_id = ctx.epsilon, ctx.smooth, ctx.pad_token_id
+        scale = keep * grad_output.to(lse.dtype)  # 0 on ignored rows
+        grad = torch.empty_like(logits)
+        step = _loss_chunk_rows(logits)
+        for start in range(0, logits.size(0), step):
+            end = min(start + step, logits.size(0))
+            chunk = grad[start:end] if grad.dtype == lse.dtype else None
+            chunk = torch.sub(logits[start:end].to(lse.dtype), lse[start:end, None], out=chunk).exp_()  # softmax
+            if smooth:
+                chunk.sub_(smooth)  # - q off the gold and padding columns
+            chunk.mul_(scale[start:end, None])
+            rows = torch.arange(end - start, device=chunk.device)
+            chunk[rows, gold_ids[start:end]] -= (1 - epsilon - smooth) * scale[start:end]
+            if smooth and pad_token_id is not None:
+                chunk[:, pad_token_id] += smooth * scale[start:end]  # q is 0 there
+            if chunk.data_ptr() != grad[start:end].data_ptr():
+                grad[start:end].copy_(chunk)
+        return grad, None, None, None
+
+
 def label_smoothed_loss(
     logits: torch.Tensor, labels: torch.Tensor, epsilon: float, pad_token_id: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -658,30 +729,16 @@ def label_smoothed_loss(
     With `epsilon == 0` this is the cross-entropy. Otherwise it is §5.4's label smoothing as The Annotated
     Transformer computes it: the KL divergence KL(q || p) to a target distribution q with 1 - epsilon on the gold
     token and epsilon spread evenly over the other tokens except padding (epsilon / (V - 2); the padding column of
-    q is 0). Written in closed form so q is never materialised:
+    q is 0), in closed form so that q is never materialised (`LabelSmoothedCrossEntropy`):
         KL = sum_v q_v log q_v - sum_v q_v log p_v.
+    Computed in float32 (or float64) whatever the logits' dtype.
     """
-    logits = logits.float().reshape(-1, logits.size(-1))  # no copy when already float32
+    logits = logits.reshape(-1, logits.size(-1))
     labels = labels.reshape(-1)
     if pad_token_id is not None:
         labels = labels.masked_fill(labels == pad_token_id, -100)
-    keep = labels != -100  # weights, not a boolean gather: no copy of the logits, no device sync
-    num_tokens = keep.sum()
-    if epsilon == 0:
-        return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum"), num_tokens
-    log_probs = F.log_softmax(logits, dim=-1)
-    vocab_size = logits.size(-1)
-    gold = log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    others = log_probs.sum(-1) - gold
-    num_others = vocab_size - 1
-    if pad_token_id is not None:
-        others = others - log_probs[:, pad_token_id]
-        num_others -= 1
-    smooth = epsilon / num_others
-    # Constant entropy term sum_v q_v log q_v, so the loss is 0 when p == q (as nn.KLDivLoss reports it).
-    entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(smooth)
-    loss = entropy - (1 - epsilon) * gold - smooth * others
-    return (loss * keep).sum(), num_tokens
+    num_tokens = (labels != -100).sum()  # no boolean gather of the logits: no copy, no device sync
+    return LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, pad_token_id), num_tokens
 
 
 class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTrainedModel, GenerationMixin):

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling import modeling_annotated_transformer
 from modeling.modeling_annotated_transformer import label_smoothed_loss
 
 VOCAB, PAD = 12, 0
@@ -158,3 +159,44 @@ def test_a_smoothing_outside_its_range_given_when_loading_is_refused(epsilon, tm
                                                  ).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"`label_smoothing` must be in \[0, 1\)"):
         AnnotatedTransformerForConditionalGeneration.from_pretrained(tmp_path, label_smoothing=epsilon)
+
+
+# ---- the fused loss's gradient ---------------------------------------------------------------------------------------
+
+
+def labels_with_ignored_rows(rows: int, seed: int = 2) -> torch.Tensor:
+    labels = torch.randint(1, VOCAB, (rows,), generator=torch.Generator().manual_seed(seed))
+    labels[1], labels[4] = -100, PAD  # an ignored row and a padding row: no loss, no gradient
+    return labels
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+@pytest.mark.parametrize("chunk_rows", [3, 100])
+def test_gradient_equals_the_formula_gradient(epsilon, chunk_rows, monkeypatch):
+    """The fused backward (softmax - q, chunk by chunk) against autograd through the explicit KL formula; chunks of
+    3 rows split the 7 rows unevenly."""
+    monkeypatch.setattr(modeling_annotated_transformer, "_loss_chunk_rows", lambda logits: chunk_rows)
+    labels = labels_with_ignored_rows(7)
+    logits = torch.randn(7, VOCAB, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 3
+    fused_logits, reference_logits = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    total, count = label_smoothed_loss(fused_logits, labels, epsilon, PAD)
+    (total / count).backward()
+    reference_loss(reference_logits, labels, epsilon).backward()
+    assert (total / count).item() == pytest.approx(reference_loss(logits, labels, epsilon).item(), rel=1e-12)
+    torch.testing.assert_close(fused_logits.grad, reference_logits.grad, rtol=1e-10, atol=1e-12)
+    assert fused_logits.grad[[1, 4]].abs().max() == 0
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_loss(x, labels, epsilon, PAD)[0], (fused_logits,))
+
+
+def test_bf16_logits_are_scored_in_float32():
+    """bf16 logits (autocast on a GPU): the loss is the float32 loss of the same values, the gradient bf16."""
+    labels = labels_with_ignored_rows(9)
+    logits = (torch.randn(9, VOCAB, generator=torch.Generator().manual_seed(4)) * 4).bfloat16().requires_grad_()
+    total, _ = label_smoothed_loss(logits, labels, 0.1, PAD)
+    as_float = logits.detach().float().requires_grad_()
+    expected, _ = label_smoothed_loss(as_float, labels, 0.1, PAD)
+    assert total.dtype == torch.float32 and total.item() == pytest.approx(expected.item(), rel=1e-6)
+    total.backward()
+    expected.backward()
+    assert logits.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.grad.float(), as_float.grad, rtol=1e-2, atol=1e-3)
