@@ -11,8 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
-from modeling import modeling_annotated_transformer
+from modeling import (
+    AnnotatedTransformerConfig,
+    AnnotatedTransformerForConditionalGeneration,
+    modeling_annotated_transformer,
+)
 from modeling.modeling_annotated_transformer import label_smoothed_loss
 
 VOCAB, PAD = 12, 0
