@@ -30,7 +30,7 @@ from modeling.benchmarking.models import (
 from modeling.benchmarking.report import format_table, write_results
 from modeling.benchmarking.run import run_benchmark
 from modeling.benchmarking.settings import build_parser, settings_from_arguments
-from modeling.benchmarking.training_speed import TrainingFlops, forward_backward
+from modeling.benchmarking.training_speed import TrainingFlops, forward_backward, loss_function
 from modeling.tokenization import SPECIAL_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +115,19 @@ def test_same_weights_give_the_same_logits_loss_gradients_and_generations():
         assert torch.equal(*generated)
 
 
+def test_the_cpu_recipe_size_is_the_cpu_recipes_model():
+    import yaml
+
+    config = benchmark_config("cpu_recipe")
+    for name in ("multi30k_de_en_cpu", "multi30k_en_de_cpu"):
+        recipe = yaml.safe_load((REPO_ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
+        assert recipe["preset"] == "base", name
+        assert (config.d_model, config.encoder_layers, config.decoder_layers, config.encoder_attention_heads,
+                config.decoder_attention_heads, config.encoder_ffn_dim, config.decoder_ffn_dim, config.dropout) == (
+            recipe["d_model"], recipe["encoder_layers"], recipe["decoder_layers"], recipe["attention_heads"],
+            recipe["attention_heads"], recipe["ffn_dim"], recipe["ffn_dim"], recipe["dropout"]), name
+
+
 def test_positional_tables_hold_the_same_sinusoids_in_another_layout():
     """Marian puts sin in the first half of the columns and cos in the second; ours interleaves them (§3.5)."""
     config = benchmark_config("tiny", VOCAB)
@@ -125,17 +138,38 @@ def test_positional_tables_hold_the_same_sinusoids_in_another_layout():
     assert not torch.allclose(marian_table, ours_table)
 
 
-def test_training_flops_are_counted_exactly_for_any_batch_shape():
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_training_flops_are_counted_exactly_for_any_batch_shape(label_smoothing):
     ours, marian = tiny_twins()
+    ours.config.label_smoothing = label_smoothing
     cpu = torch.device("cpu")
     batch = padded_pairs()
-    for model in (ours, marian):
-        flops = TrainingFlops.fit(model.train(), cpu, "fp32", VOCAB)
-        assert flops(batch) == measure.count_flops(lambda: forward_backward(model, batch, cpu, "fp32"))
+    for name, model in (("ours", ours), ("marian", marian)):
+        loss_of = loss_function(name, model.train(), label_smoothing)
+        flops = TrainingFlops.fit(loss_of, model, cpu, "fp32", VOCAB)
+        assert flops(batch) == measure.count_flops(lambda: forward_backward(loss_of, batch, cpu, "fp32"))
     # torch's counter alone misses the CPU attention kernel: the custom mapping adds it.
+    loss_of = loss_function("ours", ours, label_smoothing)
     with FlopCounterMode(display=False) as plain:
-        forward_backward(ours, batch, cpu, "fp32")
-    assert plain.get_total_flops() < measure.count_flops(lambda: forward_backward(ours, batch, cpu, "fp32"))
+        forward_backward(loss_of, batch, cpu, "fp32")
+    assert plain.get_total_flops() < measure.count_flops(lambda: forward_backward(loss_of, batch, cpu, "fp32"))
+
+
+def test_marian_is_smoothed_as_the_trainer_smooths_it(tmp_path):
+    """With label smoothing the benchmark's Marian step computes the loss the Trainer computes with
+    `label_smoothing_factor` (transformers' LabelSmoother on logits from a forward without labels), and ours its own
+    label-smoothed loss; without, both their own cross-entropy."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    ours, marian = tiny_twins()
+    batch = padded_pairs()
+    args = Seq2SeqTrainingArguments(tmp_path, label_smoothing_factor=0.1, report_to="none", use_cpu=True)
+    trainer_loss = Seq2SeqTrainer(model=marian, args=args).compute_loss(marian, dict(batch))
+    torch.testing.assert_close(loss_function("marian", marian, 0.1)(batch), trainer_loss)
+    assert abs(loss_function("marian", marian, 0.1)(batch).item() - marian(**batch).loss.item()) > 1e-3  # smoothed
+    torch.testing.assert_close(loss_function("marian", marian, 0.0)(batch), marian(**batch).loss)
+    ours.config.label_smoothing = 0.1
+    torch.testing.assert_close(loss_function("ours", ours, 0.1)(batch), ours(**batch).loss)
 
 
 def test_peak_rss_resets_and_sees_an_allocation():
@@ -169,6 +203,8 @@ def test_batches_are_padded_like_the_collator():
     assert batch["labels"][1, 4] == 2 and batch["labels"][1, 5:].eq(-100).all()
     assert batch["labels"][0, 3:].eq(-100).all()
     assert batch["input_ids"][batch["attention_mask"].bool()].ge(2).all()
+    # decoder inputs as the collator adds them: the start token, then the labels shifted right, padding for -100
+    assert batch["decoder_input_ids"][1].tolist() == [1, *batch["labels"][1, :5].tolist(), 0, 0]
     lengths = synthetic_lengths(seed=0)
     assert 14 < lengths.source.mean() < 18 and 4 < lengths.source.std() < 8
 
@@ -194,6 +230,9 @@ def test_settings_defaults_quick_and_errors():
         parse("--only", "generation")
     with pytest.raises(ValueError, match="--batch_sizes needs one or more positive numbers, got 32 0"):
         parse("--batch_sizes", "32", "0")
+    assert full.label_smoothing == [0.0, 0.1] and parse("--label_smoothing", "0.1").label_smoothing == [0.1]
+    with pytest.raises(ValueError, match=r"--label_smoothing needs one or more values in \[0, 1\), got 0.1 1.0"):
+        parse("--label_smoothing", "0.1", "1")
 
 
 def tiny_arguments(tmp_path, *extra):
@@ -213,16 +252,20 @@ def comparisons(node, path=()):
 
 
 def check_results(results, fresh_processes=True):
-    train, generate = results["train"]["tiny"], results["generate"]["tiny"]
-    for phase in ("first_epoch", "steady"):
+    losses, generate = results["train"]["tiny"], results["generate"]["tiny"]
+    assert set(losses) == {"cross_entropy", "label_smoothing_0.1"}
+    for train in losses.values():
+        for phase in ("first_epoch", "steady"):
+            for name in ("ours", "marian"):
+                assert {"target_tokens_per_s", "flops_per_s", "peak_fraction", "seconds"} <= train[phase][name].keys()
         for name in ("ours", "marian"):
-            assert {"target_tokens_per_s", "flops_per_s", "peak_fraction", "seconds"} <= train[phase][name].keys()
-    for name in ("ours", "marian"):
-        assert {"peak_memory_bytes", "training_memory_bytes"} <= train["first_epoch"][name].keys()
-        assert train["model"][name]["flops_per_step"] > 0
+            assert {"peak_memory_bytes", "training_memory_bytes"} <= train["first_epoch"][name].keys()
+            assert train["model"][name]["flops_per_step"] > 0
+        assert train["model"]["ratio"] == {"trainable_parameters": 1.0, "flops_per_step": 1.0}
+    assert losses["label_smoothing_0.1"]["label_smoothing"] == 0.1
     assert set(generate) == {"greedy_batch3", "beam2_batch3"}
     found = list(comparisons(results))
-    assert len(found) == 3 + 2
+    assert len(found) == 2 * 3 + 2
     for path, compared in found:
         numbers = {k for k, v in compared["ours"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         assert numbers and set(compared["ratio"]) == numbers, path
@@ -234,7 +277,6 @@ def check_results(results, fresh_processes=True):
                 assert compared["ratio"][key] == pytest.approx(expected), (path, key)
             else:  # a peak RSS that did not grow in this process: no ratio
                 assert compared["ratio"][key] is None, (path, key)
-    assert train["model"]["ratio"] == {"trainable_parameters": 1.0, "flops_per_step": 1.0}
     pipeline = results["data"]["pipeline"]
     assert set(pipeline["stage_seconds"]) == {"load", "prepare", "index"}
     assert pipeline["peak_rss_bytes"] > 0 and pipeline["batches"] > 0
@@ -254,8 +296,10 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     assert "errors" not in written
     check_results(written, fresh_processes=False)
     assert written["data"]["first_step"] is None
-    assert "first epoch: target tokens/s" in format_table(written)
-    steady = written["train"]["tiny"]["steady"]["ours"]
+    table = format_table(written)
+    assert "first epoch: target tokens/s" in table
+    assert "cross-entropy; parameters" in table and "smoothing 0.1 (Marian: LabelSmoother); parameters" in table
+    steady = written["train"]["tiny"]["cross_entropy"]["steady"]["ours"]
     assert steady["target_tokens_per_s_best"] >= steady["target_tokens_per_s"]
 
 

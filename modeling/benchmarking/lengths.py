@@ -5,8 +5,9 @@ Lengths come from Multi30k when its folder exists: the training split, tokenized
 `</s>` counted). Otherwise from a synthetic distribution resembling it (see `synthetic_lengths`).
 
 Only the lengths are real: the token ids are drawn at random (>= 4, below the special tokens' ids never), with `</s>`
-last and padding as `DataCollatorForSeq2Seq` pads (source with <pad> and attention mask 0, labels with -100). Speed
-does not depend on which ids a batch holds, and both models get the very same tensors.
+last and padding as `DataCollatorForSeq2Seq` pads (source with <pad> and attention mask 0, labels with -100), and the
+decoder inputs it adds (the labels shifted right). Speed does not depend on which ids a batch holds, and both models
+get the very same tensors.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import torch
 
 from ..batching import TokenBudgetBatchSampler, pad_length, token_lengths
 from ..data import load_parallel_corpus, prepare_pairs
-from ..tokenization import EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
+from ..modeling_annotated_transformer import shift_tokens_right
+from ..tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
 
 MULTI30K_TRAIN_PAIRS = 29000
 FIRST_ORDINARY_ID = len(SPECIAL_TOKENS)
@@ -107,9 +109,10 @@ def training_batch(
     source_lengths: list[int], target_lengths: list[int], vocab_size: int, seed: int,
     pad_to_multiple_of: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """`input_ids`, `attention_mask` and `labels` (-100 on padding) for pairs of the given lengths; both models
-    build `decoder_input_ids` by shifting `labels` right."""
+    """`input_ids`, `attention_mask`, `labels` (-100 on padding) and `decoder_input_ids` (the labels shifted right
+    behind the decoder start token, as `DataCollatorForSeq2Seq` adds them) for pairs of the given lengths."""
     batch = source_batch(source_lengths, vocab_size, seed, pad_to_multiple_of)
     generator = torch.Generator().manual_seed(seed + 1)
     batch["labels"], _ = _padded_ids(target_lengths, vocab_size, generator, pad_to_multiple_of, -100)
+    batch["decoder_input_ids"] = shift_tokens_right(batch["labels"], PAD_TOKEN_ID, BOS_TOKEN_ID)
     return batch

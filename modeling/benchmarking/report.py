@@ -60,20 +60,9 @@ def format_table(results: dict) -> str:
         "",
     ]
     rows = [("section", "size", "figure", "ours", "marian", "ours/marian")]
-    for size, train in results.get("train", {}).items():
-        work = train["workload"]
-        label = f"model: parameters, GFLOP/step ({work['steps']} steps, {work['target_tokens']:,} target tokens)"
-        _compared(rows, "train", size, label, train["model"], "flops_per_step",
-                  lambda m: f"{m['trainable_parameters'] / 1e6:.2f}M, {m['flops_per_step'] / 1e9:,.1f}")
-        for phase in ("first_epoch", "steady"):
-            name = phase.replace("_", " ")
-            _compared(rows, "train", size, f"{name}: target tokens/s, median (best)", train[phase],
-                      "target_tokens_per_s",
-                      lambda m: f"{m['target_tokens_per_s']:,.0f} ({m['target_tokens_per_s_best']:,.0f})")
-            _compared(rows, "train", size, f"{name}: FLOP/s (% of peak)", train[phase], "flops_per_s",
-                      lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
-        _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
-                  lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
+    for size, losses in results.get("train", {}).items():
+        for train in losses.values():
+            _training_rows(rows, size, train)
     for size, settings in results.get("generate", {}).items():
         for name, generated in settings.items():
             search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
@@ -100,6 +89,25 @@ def format_table(results: dict) -> str:
     lines.extend(_ctranslate2_table(results.get("ctranslate2")))
     lines.extend(f"FAILED {part}: {error}" for part, error in results.get("errors", {}).items())
     return "\n".join(lines)
+
+
+def _training_rows(rows, size: str, train: dict) -> None:
+    """The rows of one loss setting: the model's size and work, each phase's rate, peak memory."""
+    loss = ("cross-entropy" if train["label_smoothing"] == 0 else
+            f"smoothing {train['label_smoothing']:g} (Marian: {train['marian_loss'].split()[-1]})")
+    work = train["workload"]
+    label = f"{loss}; parameters, GFLOP/step ({work['steps']} steps, {work['target_tokens']:,} target tokens)"
+    _compared(rows, "train", size, label, train["model"], "flops_per_step",
+              lambda m: f"{m['trainable_parameters'] / 1e6:.2f}M, {m['flops_per_step'] / 1e9:,.1f}")
+    for phase in ("first_epoch", "steady"):
+        name = phase.replace("_", " ")
+        _compared(rows, "train", size, f"{name}: target tokens/s, median (best)", train[phase],
+                  "target_tokens_per_s",
+                  lambda m: f"{m['target_tokens_per_s']:,.0f} ({m['target_tokens_per_s_best']:,.0f})")
+        _compared(rows, "train", size, f"{name}: FLOP/s (% of peak)", train[phase], "flops_per_s",
+                  lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
+    _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
+              lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
 
 
 def _ctranslate2_table(sizes: dict | None) -> list[str]:

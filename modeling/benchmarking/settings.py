@@ -19,8 +19,8 @@ WMT14_PAIRS = 4_500_000
 
 # A default is taken from the first of: the command line, QUICK_DEFAULTS (with --quick), DEVICE_DEFAULTS, DEFAULTS.
 DEFAULTS = dict(
-    sections=list(SECTIONS), repetitions=3, fresh_runs=2, num_beams=[1, 4], max_new_tokens=32,
-    data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en", vocab_size=8000,
+    sections=list(SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
+    max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en", vocab_size=8000,
     max_length=128, seed=0,
 )
 DEVICE_DEFAULTS = {
@@ -46,6 +46,7 @@ class BenchmarkSettings:
     steps: int
     repetitions: int
     fresh_runs: int
+    label_smoothing: list[float]
     generate_batch_sizes: list[int]
     num_beams: list[int]
     caches: list[str]
@@ -84,6 +85,8 @@ class BenchmarkSettings:
         for name in ("generate_batch_sizes", "num_beams"):
             if not getattr(self, name) or min(getattr(self, name)) < 1:
                 raise ValueError(f"{flag(name)} needs one or more positive numbers, got {_shown(getattr(self, name))}.")
+        if not self.label_smoothing or not all(0 <= value < 1 for value in self.label_smoothing):
+            raise ValueError(f"--label_smoothing needs one or more values in [0, 1), got {_shown(self.label_smoothing)}.")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"--pad_to_multiple_of must be at least 1 (or left out), got {self.pad_to_multiple_of}.")
 
@@ -118,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--steps", type=int, help="Training steps (batches) per timed pass (CPU: 10; GPU: 50).")
     add("--repetitions", type=int, help="Timed, interleaved passes per model for steady training and generation (3).")
     add("--fresh_runs", type=int, help="Fresh processes per model for first-epoch speed and peak memory (2).")
+    add("--label_smoothing", type=float, nargs="+",
+        help="Training losses: 0 is plain cross-entropy, each model's own; otherwise ours smooths as configured and "
+             "Marian's logits go through the Trainer's LabelSmoother, as label_smoothing_factor does (0 0.1).")
     add("--batch_sizes", dest="generate_batch_sizes", type=int, nargs="+",
         help="Generation batch sizes (CPU: 32; GPU: 128 512).")
     add("--num_beams", type=int, nargs="+", help="Generation beams: 1 is greedy (1 4).")

@@ -1,7 +1,11 @@
 """Training speed: full optimizer steps on token-budget batches, ours against Marian.
 
-A step is what the Trainer does per batch: forward with `labels` (each model's own loss, both plain
-cross-entropy), backward, `AdamW.step()`, `zero_grad()`. Batches are the first `steps` batches of epoch 0 of
+A step is what the Trainer does per batch: forward, the loss, backward, `AdamW.step()`, `zero_grad()`. Each
+setting of `--label_smoothing` is measured on its own. With 0 both models compute their own loss from `labels`
+(plain cross-entropy). Otherwise ours computes its label-smoothed loss (§5.4), and Marian, whose own loss has no
+smoothing, is run as the Trainer runs it with `label_smoothing_factor`: forward without `labels`, then
+transformers' `LabelSmoother` on the logits (a smoothing spread over all tokens, where ours skips padding: the same
+work). Batches are the first `steps` batches of epoch 0 of
 `TokenBudgetBatchSampler` over Multi30k-like lengths (see `lengths`), built once as tensors on the device, so
 data loading is not in these timings (the data section times it).
 
@@ -20,10 +24,12 @@ the same time, and peak_fraction divides it by the measured matmul peak.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from transformers.trainer_pt_utils import LabelSmoother
 
 from . import measure
 from .lengths import PairLengths, batch_lengths, training_batch
@@ -42,16 +48,33 @@ def make_optimizer(model) -> torch.optim.AdamW:
     return torch.optim.AdamW(trainable_parameters(model), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
 
 
-def forward_backward(model, batch: dict, device: torch.device, dtype: str) -> None:
+def loss_function(name: str, model, label_smoothing: float) -> Callable[[dict], torch.Tensor]:
+    """batch -> loss as a training step gets it (see the module doc); ours reads its smoothing from its config."""
+    if name == "ours" or label_smoothing == 0:
+        return lambda batch: model(**batch).loss
+    smoother = LabelSmoother(epsilon=label_smoothing)
+
+    def smoothed(batch):
+        labels = batch["labels"]
+        return smoother(model(**{key: value for key, value in batch.items() if key != "labels"}), labels)
+
+    return smoothed
+
+
+def forward_backward(loss_of, batch: dict, device: torch.device, dtype: str) -> None:
     with autocast(device, dtype):
-        loss = model(**batch).loss
+        loss = loss_of(batch)
     loss.backward()
 
 
-def training_step(model, optimizer, batch: dict, device: torch.device, dtype: str) -> None:
-    forward_backward(model, batch, device, dtype)
+def training_step(loss_of, optimizer, batch: dict, device: torch.device, dtype: str) -> None:
+    forward_backward(loss_of, batch, device, dtype)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def loss_name(label_smoothing: float) -> str:
+    return "cross_entropy" if label_smoothing == 0 else f"label_smoothing_{label_smoothing:g}"
 
 
 @dataclass(frozen=True)
@@ -70,11 +93,11 @@ class TrainingFlops:
         return [source, target, source * source, target * target, source * target]
 
     @classmethod
-    def fit(cls, model, device: torch.device, dtype: str, vocab_size: int) -> "TrainingFlops":
+    def fit(cls, loss_of, model, device: torch.device, dtype: str, vocab_size: int) -> "TrainingFlops":
         rows, counts = [], []
         for source, target in _FLOP_FIT_SHAPES:
             batch = {k: v.to(device) for k, v in training_batch([source], [target], vocab_size, seed=0).items()}
-            counts.append(count_flops(lambda: forward_backward(model, batch, device, dtype)))
+            counts.append(count_flops(lambda: forward_backward(loss_of, batch, device, dtype)))
             rows.append(cls._monomials(source, target))
         model.zero_grad(set_to_none=True)
         rows, counts = np.array(rows, dtype=np.float64), np.array(counts, dtype=np.float64)
@@ -107,8 +130,9 @@ def fresh_training_run(spec: dict) -> dict:
     settings = BenchmarkSettings(**spec["settings"])
     torch.set_num_threads(settings.threads)
     device = torch.device(settings.device)
-    model = build_model(spec["model"], benchmark_config(spec["size"], settings.vocab_size), settings.seed)
-    model = model.to(device).train()
+    config = benchmark_config(spec["size"], settings.vocab_size, spec["label_smoothing"])
+    model = build_model(spec["model"], config, settings.seed).to(device).train()
+    loss_of = loss_function(spec["model"], model, spec["label_smoothing"])
     optimizer = make_optimizer(model)
     batches = _device_batches(spec["batch_lengths"], settings, device)
     memory = MemoryWatch(device)
@@ -116,8 +140,8 @@ def fresh_training_run(spec: dict) -> dict:
     # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
     # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
     warm_up = _device_batches([([2], [2])], settings, device)[0]
-    training_step(model, optimizer, warm_up, device, settings.dtype)
-    step_seconds = [timed(lambda: training_step(model, optimizer, batch, device, settings.dtype), device)[0]
+    training_step(loss_of, optimizer, warm_up, device, settings.dtype)
+    step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
                     for batch in batches]
     peak, training = memory.read()
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
@@ -127,26 +151,40 @@ def fresh_training_run(spec: dict) -> dict:
 def benchmark_training(
     size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float
 ) -> dict:
+    """{loss_name(label_smoothing): figures} for each `--label_smoothing` setting."""
+    return {
+        loss_name(label_smoothing): benchmark_training_loss(size, settings, lengths, peak_flops_per_s, label_smoothing)
+        for label_smoothing in settings.label_smoothing
+    }
+
+
+def benchmark_training_loss(
+    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
+) -> dict:
     device = torch.device(settings.device)
-    config = benchmark_config(size, settings.vocab_size)
+    config = benchmark_config(size, settings.vocab_size, label_smoothing)
     steps = batch_lengths(lengths, settings.max_tokens, settings.steps, settings.seed, settings.pad_to_multiple_of)
     target_tokens = sum(sum(target) for _, target in steps)
 
     first_runs = {name: [] for name in MODEL_NAMES}
     for run in range(settings.fresh_runs):
         for name in interleaved(MODEL_NAMES, run):
-            spec = {"model": name, "size": size, "settings": settings.to_dict(), "batch_lengths": steps}
+            spec = {"model": name, "size": size, "settings": settings.to_dict(), "batch_lengths": steps,
+                    "label_smoothing": label_smoothing}
             first_runs[name].append(measure.run_in_fresh_process(fresh_training_run, spec))
 
     models = {name: model.to(device).train() for name, model in build_models(config, settings.seed).items()}
+    losses = {name: loss_function(name, model, label_smoothing) for name, model in models.items()}
     batches = _device_batches(steps, settings, device)
-    flops = {name: sum(map(TrainingFlops.fit(model, device, settings.dtype, settings.vocab_size), batches))
-             for name, model in models.items()}
+    flops = {
+        name: sum(map(TrainingFlops.fit(losses[name], model, device, settings.dtype, settings.vocab_size), batches))
+        for name, model in models.items()
+    }
     optimizers = {name: make_optimizer(model) for name, model in models.items()}
 
     def run_all(name):
         for batch in batches:
-            training_step(models[name], optimizers[name], batch, device, settings.dtype)
+            training_step(losses[name], optimizers[name], batch, device, settings.dtype)
 
     for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
         run_all(name)
@@ -169,6 +207,8 @@ def benchmark_training(
     }
     padded = [(batch["input_ids"].numel(), batch["labels"].numel()) for batch in batches]
     return {
+        "label_smoothing": label_smoothing,
+        "marian_loss": "MarianMTModel's cross-entropy" if label_smoothing == 0 else "transformers' LabelSmoother",
         "workload": {
             "steps": len(steps),
             "pairs": sum(len(source) for source, _ in steps),
