@@ -704,10 +704,11 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
         epsilon, smooth, pad_token_id = ctx.epsilon, ctx.smooth, ctx.pad_token_id
         scale = keep * grad_output.to(lse.dtype)  # 0 on ignored rows
         grad = torch.empty_like(logits)
+        in_place = grad.dtype == lse.dtype  # else each chunk is computed in float32, then copied
         step = _loss_chunk_rows(logits)
         for start in range(0, logits.size(0), step):
             end = min(start + step, logits.size(0))
-            chunk = grad[start:end] if grad.dtype == lse.dtype else None
+            chunk = grad[start:end] if in_place else None
             chunk = torch.sub(logits[start:end].to(lse.dtype), lse[start:end, None], out=chunk).exp_()  # softmax
             if smooth:
                 chunk.sub_(smooth)  # - q off the gold and padding columns
@@ -716,7 +717,7 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
             chunk[rows, gold_ids[start:end]] -= (1 - epsilon - smooth) * scale[start:end]
             if smooth and pad_token_id is not None:
                 chunk[:, pad_token_id] += smooth * scale[start:end]  # q is 0 there
-            if chunk.data_ptr() != grad[start:end].data_ptr():
+            if not in_place:
                 grad[start:end].copy_(chunk)
         return grad, None, None, None
 

@@ -203,3 +203,13 @@ def test_bf16_logits_are_scored_in_float32():
     expected.backward()
     assert logits.grad.dtype == torch.bfloat16
     torch.testing.assert_close(logits.grad.float(), as_float.grad, rtol=1e-2, atol=1e-3)
+
+
+def test_the_training_forward_compiles_as_one_graph():
+    """`--torch_compile` (or torch.compile(model)) traces the loss, chunk loop included, without a graph break."""
+    model = tiny_model(0.1).train()
+    input_ids, labels = batch()
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(input_ids=input_ids, labels=labels)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
