@@ -20,8 +20,8 @@ WMT14_PAIRS = 4_500_000
 # A default is taken from the first of: the command line, QUICK_DEFAULTS (with --quick), DEVICE_DEFAULTS, DEFAULTS.
 DEFAULTS = dict(
     sections=list(SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
-    max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en", vocab_size=8000,
-    max_length=128, seed=0,
+    max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
+    vocab_size=8000, max_length=128, seed=0,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -86,7 +86,9 @@ class BenchmarkSettings:
             if not getattr(self, name) or min(getattr(self, name)) < 1:
                 raise ValueError(f"{flag(name)} needs one or more positive numbers, got {_shown(getattr(self, name))}.")
         if not self.label_smoothing or not all(0 <= value < 1 for value in self.label_smoothing):
-            raise ValueError(f"--label_smoothing needs one or more values in [0, 1), got {_shown(self.label_smoothing)}.")
+            raise ValueError(
+                f"--label_smoothing needs one or more values in [0, 1), got {_shown(self.label_smoothing)}."
+            )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"--pad_to_multiple_of must be at least 1 (or left out), got {self.pad_to_multiple_of}.")
 
