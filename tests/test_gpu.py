@@ -39,6 +39,27 @@ def test_sdpa_in_bf16_is_as_accurate_as_eager_in_bf16():
     assert errors["sdpa"] <= max(2 * errors["eager"], 0.02), errors
 
 
+def test_fused_loss_on_the_gpu_equals_the_float64_loss_in_several_chunks(monkeypatch):
+    """The label-smoothed loss of bf16 logits on the GPU (in float32, three chunks) against float64 on the CPU: loss
+    and gradient."""
+    from modeling import modeling_annotated_transformer
+    from modeling.modeling_annotated_transformer import label_smoothed_loss
+
+    monkeypatch.setattr(modeling_annotated_transformer, "_loss_chunk_rows", lambda logits: 40)
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(100, 3000, generator=generator) * 4).bfloat16()
+    labels = torch.randint(1, 3000, (100,), generator=generator)
+    labels[::7] = -100
+    results = {}
+    for device, dtype in (("cuda", torch.bfloat16), ("cpu", torch.float64)):
+        values = logits.to(device, dtype).detach().requires_grad_()
+        total, count = label_smoothed_loss(values, labels.to(device), 0.1, 0)
+        (total / count).backward()
+        results[device] = ((total / count).item(), values.grad.double().cpu())
+    assert results["cuda"][0] == pytest.approx(results["cpu"][0], rel=1e-5)
+    torch.testing.assert_close(results["cuda"][1], results["cpu"][1], rtol=2e-2, atol=1e-5)
+
+
 def test_cached_generation_equals_uncached_on_the_gpu():
     model = generating_model().cuda()
     input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch())
