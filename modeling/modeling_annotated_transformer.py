@@ -657,20 +657,41 @@ def _loss_chunk_rows(logits: torch.Tensor) -> int:
     return max(1, elements // logits.size(-1))
 
 
+def _loss_chunks(logits: torch.Tensor) -> list[slice]:
+    """The row ranges the loss goes through, one after the other. Under torch.compile a single one: the graph then
+    holds no loop whose length depends on the number of rows (each new length would be a new graph), and the
+    compiler fuses the passes itself."""
+    if torch.compiler.is_compiling():
+        return [slice(None)]
+    step = _loss_chunk_rows(logits)
+    return [slice(start, start + step) for start in range(0, logits.size(0), step)]
+
+
+def _smoothed_targets(log_probs_like: torch.Tensor, gold_ids, epsilon: float, smooth: float, pad_token_id):
+    """q as a tensor (for the differentiable gradient only): 1 - epsilon on the gold token, `smooth` on the others,
+    0 on padding."""
+    targets = torch.full_like(log_probs_like, smooth)
+    if smooth and pad_token_id is not None:
+        targets[:, pad_token_id] = 0
+    return targets.scatter(-1, gold_ids.unsqueeze(-1), 1 - epsilon)
+
+
 class LabelSmoothedCrossEntropy(torch.autograd.Function):
     """The summed loss of `label_smoothed_loss` over rows of logits, and its gradient, fused.
 
     With log p = logits - lse (lse: each row's log-sum-exp), q's weights 1 - epsilon (gold) and s = epsilon / (V - 2)
     (every other token but padding), and sum_v q_v = 1, a kept row's loss is
         sum_v q_v log q_v + lse - (1 - epsilon) logit_gold - s * (sum_v logit_v - logit_gold - logit_pad)
-    and its gradient softmax(logits) - q. Forward reads the logits once per chunk of rows (see `_loss_chunk_rows`)
-    for lse and the row sums, in float32 for bf16/fp16 logits; backward writes the gradient chunk by chunk. Nothing
-    of the logits' size is kept or built beside the gradient itself: no log-softmax copy for backward, no float32
-    copy of bf16 logits, no one-hot or zero-filled gradient buffer.
+    and its gradient softmax(logits) - q. Forward reads the logits once per chunk of rows (see `_loss_chunks`) for
+    lse and the row sums, in float32 for bf16/fp16 logits; backward writes the gradient chunk by chunk. Nothing of
+    the logits' size is kept or built beside the gradient itself: no log-softmax copy for backward, no float32 copy
+    of bf16 logits, no one-hot or zero-filled gradient buffer. A backward that builds a graph (`create_graph=True`,
+    for second derivatives) computes the same gradient with differentiable operations instead.
+    Returns (summed loss, lse); lse is not differentiable.
     """
 
     @staticmethod
-    def forward(ctx, logits, labels, epsilon: float, pad_token_id: int | None):
+    def forward(logits, labels, epsilon: float, pad_token_id: int | None):
         rows, vocab_size = logits.shape
         keep = labels != -100
         gold_ids = labels.clamp(min=0)
@@ -678,12 +699,11 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
         dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 for bf16/fp16 logits
         lse = torch.empty(rows, dtype=dtype, device=logits.device)
         sums = torch.empty_like(lse) if smooth else None
-        step = _loss_chunk_rows(logits)
-        for start in range(0, rows, step):
-            chunk = logits[start : start + step].to(dtype)  # a view unless the logits are bf16/fp16
-            torch.logsumexp(chunk, dim=-1, out=lse[start : start + step])
+        for rows_in_chunk in _loss_chunks(logits):
+            chunk = logits[rows_in_chunk].to(dtype)  # a view unless the logits are bf16/fp16
+            torch.logsumexp(chunk, dim=-1, out=lse[rows_in_chunk])
             if smooth:
-                torch.sum(chunk, dim=-1, out=sums[start : start + step])
+                torch.sum(chunk, dim=-1, out=sums[rows_in_chunk])
         gold = logits.gather(-1, gold_ids.unsqueeze(-1)).squeeze(-1).to(dtype)
         loss = lse - gold
         if smooth:
@@ -693,32 +713,42 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
             # Constant entropy term sum_v q_v log q_v, so the loss is 0 when p == q (as nn.KLDivLoss reports it).
             entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(smooth)
             loss = entropy + lse - (1 - epsilon) * gold - smooth * others
-        ctx.save_for_backward(logits, gold_ids, keep, lse)
-        ctx.epsilon, ctx.smooth, ctx.pad_token_id = epsilon, smooth, pad_token_id
-        return (loss * keep).sum()
+        return torch.where(keep, loss, 0).sum(), lse  # where, not a product: an ignored row's inf or NaN stays out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_output):
-        logits, gold_ids, keep, lse = ctx.saved_tensors
-        epsilon, smooth, pad_token_id = ctx.epsilon, ctx.smooth, ctx.pad_token_id
-        scale = keep * grad_output.to(lse.dtype)  # 0 on ignored rows
+    def setup_context(ctx, inputs, output):
+        logits, labels, epsilon, pad_token_id = inputs
+        _, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.epsilon, ctx.pad_token_id = epsilon, pad_token_id
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_lse):
+        logits, labels, lse = ctx.saved_tensors
+        epsilon, pad_token_id = ctx.epsilon, ctx.pad_token_id
+        smooth = 0.0 if epsilon == 0 else epsilon / (logits.size(-1) - 1 - (pad_token_id is not None))
+        keep, gold_ids = labels != -100, labels.clamp(min=0)
+        scale = torch.where(keep, grad_loss.to(lse.dtype), 0)  # 0 on ignored rows
+        if torch.is_grad_enabled():  # create_graph=True: a gradient that is itself differentiable
+            probabilities = torch.softmax(logits.to(lse.dtype), dim=-1)
+            targets = _smoothed_targets(probabilities, gold_ids, epsilon, smooth, pad_token_id)
+            return ((probabilities - targets) * scale.unsqueeze(-1)).to(logits.dtype), None, None, None
         grad = torch.empty_like(logits)
         in_place = grad.dtype == lse.dtype  # else each chunk is computed in float32, then copied
-        step = _loss_chunk_rows(logits)
-        for start in range(0, logits.size(0), step):
-            end = min(start + step, logits.size(0))
-            chunk = grad[start:end] if in_place else None
-            chunk = torch.sub(logits[start:end].to(lse.dtype), lse[start:end, None], out=chunk).exp_()  # softmax
+        for rows_in_chunk in _loss_chunks(logits):
+            chunk = grad[rows_in_chunk] if in_place else None
+            chunk = torch.sub(logits[rows_in_chunk].to(lse.dtype), lse[rows_in_chunk, None], out=chunk).exp_()
             if smooth:
                 chunk.sub_(smooth)  # - q off the gold and padding columns
-            chunk.mul_(scale[start:end, None])
-            rows = torch.arange(end - start, device=chunk.device)
-            chunk[rows, gold_ids[start:end]] -= (1 - epsilon - smooth) * scale[start:end]
+            chunk_scale = scale[rows_in_chunk]
+            chunk.mul_(chunk_scale[:, None])
+            rows = torch.arange(chunk.size(0), device=chunk.device)
+            chunk[rows, gold_ids[rows_in_chunk]] -= (1 - epsilon - smooth) * chunk_scale
             if smooth and pad_token_id is not None:
-                chunk[:, pad_token_id] += smooth * scale[start:end]  # q is 0 there
+                chunk[:, pad_token_id] += smooth * chunk_scale  # q is 0 there
             if not in_place:
-                grad[start:end].copy_(chunk)
+                grad[rows_in_chunk].copy_(chunk)
         return grad, None, None, None
 
 
@@ -739,7 +769,7 @@ def label_smoothed_loss(
     if pad_token_id is not None:
         labels = labels.masked_fill(labels == pad_token_id, -100)
     num_tokens = (labels != -100).sum()  # no boolean gather of the logits: no copy, no device sync
-    return LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, pad_token_id), num_tokens
+    return LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, pad_token_id)[0], num_tokens
 
 
 class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTrainedModel, GenerationMixin):

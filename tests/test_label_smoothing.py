@@ -205,11 +205,51 @@ def test_bf16_logits_are_scored_in_float32():
     torch.testing.assert_close(logits.grad.float(), as_float.grad, rtol=1e-2, atol=1e-3)
 
 
-def test_the_training_forward_compiles_as_one_graph():
-    """`--torch_compile` (or torch.compile(model)) traces the loss, chunk loop included, without a graph break."""
+def test_the_training_forward_compiles_as_one_graph_for_every_target_length():
+    """`--torch_compile` (or torch.compile(model)) traces the loss without a graph break, and batches of other
+    target lengths reuse the graph made dynamic after the second length (no graph per number of rows)."""
+    from torch._dynamo.testing import CompileCounter
+
     model = tiny_model(0.1).train()
     input_ids, labels = batch()
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(model)(input_ids=input_ids, labels=labels)
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert explanation.graph_count == 1
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    for length in range(3, 9):
+        labels = torch.randint(4, VOCAB, (3, length), generator=torch.Generator().manual_seed(length))
+        compiled(input_ids=input_ids, labels=labels).loss.backward()
+    assert counter.frame_count <= 2
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_second_derivatives(epsilon):
+    """create_graph=True (a gradient penalty, Hessian-vector products) differentiates the gradient itself."""
+    labels = labels_with_ignored_rows(5)
+    logits = torch.randn(5, VOCAB, dtype=torch.float64, generator=torch.Generator().manual_seed(5)).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda x: label_smoothed_loss(x, labels, epsilon, PAD)[0], (logits,))
+
+
+def test_torch_func_grad_equals_autograd():
+    labels = labels_with_ignored_rows(6)
+    logits = torch.randn(6, VOCAB, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    functional = torch.func.grad(lambda x: label_smoothed_loss(x, labels, 0.1, PAD)[0])(logits)
+    leaf = logits.clone().requires_grad_()
+    label_smoothed_loss(leaf, labels, 0.1, PAD)[0].backward()
+    torch.testing.assert_close(functional, leaf.grad)
+
+
+def test_non_finite_logits_of_ignored_rows_stay_out_of_the_loss():
+    """As `F.cross_entropy` ignores them: an ignored row's inf does not turn the loss into NaN."""
+    labels = labels_with_ignored_rows(6)
+    logits = torch.randn(6, VOCAB, generator=torch.Generator().manual_seed(7))
+    logits[1, 3], logits[4, 5] = float("inf"), float("nan")  # row 1 is -100, row 4 padding
+    for epsilon in (0.0, 0.1):
+        total, _ = label_smoothed_loss(logits, labels, epsilon, PAD)
+        assert torch.isfinite(total)
+    expected = F.cross_entropy(logits, labels.masked_fill(labels == PAD, -100), reduction="sum")
+    assert label_smoothed_loss(logits, labels, 0.0, PAD)[0].item() == pytest.approx(expected.item(), rel=1e-6)

@@ -48,6 +48,13 @@ def make_optimizer(model) -> torch.optim.AdamW:
     return torch.optim.AdamW(trainable_parameters(model), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
 
 
+def training_model(model):
+    """The model as the Trainer trains it: in training mode, with `config.use_cache = False` (TrainingArguments'
+    `use_cache` default), so that a forward without `labels` builds no cache of keys and values either."""
+    model.config.use_cache = False
+    return model.train()
+
+
 def loss_function(name: str, model, label_smoothing: float) -> Callable[[dict], torch.Tensor]:
     """batch -> loss as a training step gets it (see the module doc); ours reads its smoothing from its config."""
     if name == "ours" or label_smoothing == 0:
@@ -131,7 +138,7 @@ def fresh_training_run(spec: dict) -> dict:
     torch.set_num_threads(settings.threads)
     device = torch.device(settings.device)
     config = benchmark_config(spec["size"], settings.vocab_size, spec["label_smoothing"])
-    model = build_model(spec["model"], config, settings.seed).to(device).train()
+    model = training_model(build_model(spec["model"], config, settings.seed).to(device))
     loss_of = loss_function(spec["model"], model, spec["label_smoothing"])
     optimizer = make_optimizer(model)
     batches = _device_batches(spec["batch_lengths"], settings, device)
@@ -173,7 +180,7 @@ def benchmark_training_loss(
                     "label_smoothing": label_smoothing}
             first_runs[name].append(measure.run_in_fresh_process(fresh_training_run, spec))
 
-    models = {name: model.to(device).train() for name, model in build_models(config, settings.seed).items()}
+    models = {name: training_model(model.to(device)) for name, model in build_models(config, settings.seed).items()}
     losses = {name: loss_function(name, model, label_smoothing) for name, model in models.items()}
     batches = _device_batches(steps, settings, device)
     flops = {
