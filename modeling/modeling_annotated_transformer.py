@@ -667,10 +667,15 @@ def _loss_chunks(logits: torch.Tensor) -> list[slice]:
     return [slice(start, start + step) for start in range(0, logits.size(0), step)]
 
 
-def _smoothed_targets(log_probs_like: torch.Tensor, gold_ids, epsilon: float, smooth: float, pad_token_id):
-    """q as a tensor (for the differentiable gradient only): 1 - epsilon on the gold token, `smooth` on the others,
-    0 on padding."""
-    targets = torch.full_like(log_probs_like, smooth)
+def _smoothing_weight(epsilon: float, vocab_size: int, pad_token_id: int | None) -> float:
+    """q's weight on each token other than the gold one and padding: epsilon / (V - 2) (V - 1 without padding)."""
+    return 0.0 if epsilon == 0 else epsilon / (vocab_size - 1 - (pad_token_id is not None))
+
+
+def _smoothed_targets(like: torch.Tensor, gold_ids, epsilon: float, smooth: float, pad_token_id):
+    """q as a tensor shaped `like` (for the differentiable gradient only): 1 - epsilon on the gold token, `smooth` on
+    the others, 0 on padding."""
+    targets = torch.full_like(like, smooth)
     if smooth and pad_token_id is not None:
         targets[:, pad_token_id] = 0
     return targets.scatter(-1, gold_ids.unsqueeze(-1), 1 - epsilon)
@@ -695,7 +700,7 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
         rows, vocab_size = logits.shape
         keep = labels != -100
         gold_ids = labels.clamp(min=0)
-        smooth = 0.0 if epsilon == 0 else epsilon / (vocab_size - 1 - (pad_token_id is not None))
+        smooth = _smoothing_weight(epsilon, vocab_size, pad_token_id)
         dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 for bf16/fp16 logits
         lse = torch.empty(rows, dtype=dtype, device=logits.device)
         sums = torch.empty_like(lse) if smooth else None
@@ -727,7 +732,7 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss, grad_lse):
         logits, labels, lse = ctx.saved_tensors
         epsilon, pad_token_id = ctx.epsilon, ctx.pad_token_id
-        smooth = 0.0 if epsilon == 0 else epsilon / (logits.size(-1) - 1 - (pad_token_id is not None))
+        smooth = _smoothing_weight(epsilon, logits.size(-1), pad_token_id)
         keep, gold_ids = labels != -100, labels.clamp(min=0)
         scale = torch.where(keep, grad_loss.to(lse.dtype), 0)  # 0 on ignored rows
         if torch.is_grad_enabled():  # create_graph=True: a gradient that is itself differentiable
