@@ -23,9 +23,9 @@ from .translation import check_model_folder
 from .weight_files import weights_problem
 
 # Intermediate checkpoints and the state that resumes a run (optimizer, scheduler, RNG: pickles) stay local; files
-# starting with "_" are scratch.
+# starting with "_" are scratch; hidden files (".env", ".netrc", ...) are never part of a model.
 HUB_IGNORE_PATTERNS = [
-    "_*", f"{PREFIX_CHECKPOINT_DIR}-*", f"{PREFIX_CHECKPOINT_DIR}-*/**", *TRAINING_STATE_FILES,
+    "_*", ".*", "**/.*", f"{PREFIX_CHECKPOINT_DIR}-*", f"{PREFIX_CHECKPOINT_DIR}-*/**", *TRAINING_STATE_FILES,
     *(f"{prefix}*" for prefix in TRAINING_STATE_PREFIXES),
 ]
 
@@ -45,12 +45,17 @@ def hub_upload_files(folder: str | os.PathLike) -> list[str]:
 
 
 def upload_problem(folder: str | os.PathLike) -> str | None:
-    """Why `folder` should not go to the Hub as a model (None if it can): it is no model folder (config, weights,
-    tokenizer), its model card's metadata does not parse, or its weights are incomplete or differ from their
-    checksums."""
+    """Why `folder` should not go to the Hub as a model (None if it can): a file to upload links to one outside the
+    folder, it is no model folder (config, weights, tokenizer), its model card's metadata does not parse, or its
+    weights are incomplete or differ from their checksums."""
     folder = Path(folder)
     if not folder.is_dir():
         return f"{folder} is not a folder: give a model folder (the output_dir of scripts/train.py or an average)"
+    outside = [name for name in hub_upload_files(folder)
+               if not (folder / name).resolve().is_relative_to(folder.resolve())]
+    if outside:
+        return (f"{folder}: {', '.join(outside)} link(s) to files outside the folder, which would be uploaded too; "
+                "copy what belongs to the model into the folder, or remove the links")
     try:
         check_model_folder(folder)
         if (folder / MODEL_CARD_NAME).is_file():

@@ -307,8 +307,11 @@ def renamed_card(card: ModelCard, name: str, model_id: str) -> ModelCard:
     text = re.sub(r"^# .*$", lambda _: f"# {name}", card.text, count=1, flags=re.M)
     usage = re.search(r"^## How to use\n.*?(?=^## |\Z)", text, re.S | re.M)
     loaded = re.search(r'from_pretrained\("([^"]+)"', usage.group(0)) if usage else None
-    if loaded:
-        text = text[: usage.start()] + usage.group(0).replace(loaded.group(1), model_id) + text[usage.end():]
+    if loaded:  # only where the id stands (a short folder name such as "o" is part of other words too)
+        old = loaded.group(1)
+        section = usage.group(0).replace(f'from_pretrained("{old}"', f'from_pretrained("{model_id}"')
+        section = section.replace(f"translate.py {old} ", f"translate.py {model_id} ")
+        text = text[: usage.start()] + section + text[usage.end():]
     card.text = text
     return card
 

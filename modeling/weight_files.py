@@ -110,9 +110,14 @@ def weights_problem(folder: str | os.PathLike) -> str | None:
                         f"{checksums} line {number} is not '<SHA-256>  <file>': the checksum file is corrupt, so "
                         "the weights cannot be checked (sha256sum -c shows the same)"
                     )
-                expected[parts[1]] = parts[0]
+                expected[parts[1].removeprefix("*")] = parts[0]  # "*name": sha256sum's binary mode
         for path in files:
-            if path.name in expected and sha256(path) != expected[path.name]:
+            if path.name not in expected:
+                return (
+                    f"{checksums} has no SHA-256 for {path.name}, so it cannot be checked: write the file again "
+                    f"(`sha256sum {path.name} > {CHECKSUMS_NAME}` in the folder) or delete it"
+                )
+            if sha256(path) != expected[path.name]:
                 return (
                     f"{path} does not match its SHA-256 in {checksums}: the file changed after it was saved "
                     f"(corrupted on disk or in transfer); delete {CHECKSUMS_NAME} only if the change was yours"

@@ -184,6 +184,26 @@ def test_a_corrupt_checksum_file_is_named_in_the_error(tmp_path, text):
         AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
+def test_a_checksum_file_without_the_weights_is_refused(tmp_path):
+    """An empty checksum file (or one listing other files) checks nothing: refused, not passed over."""
+    tiny_model(seed=7).save_pretrained(tmp_path)
+    (tmp_path / "checksums.sha256").write_text("")
+    with pytest.raises(OSError, match="has no SHA-256 for model.safetensors"):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+
+
+def test_checksums_in_sha256sums_binary_form_are_checked(tmp_path):
+    """`sha256sum -b` writes "<digest> *<file>": the file is checked under its name, and a flipped bit is found."""
+    tiny_model(seed=7).save_pretrained(tmp_path)
+    result = subprocess.run(["sha256sum", "-b", "model.safetensors"], cwd=tmp_path, capture_output=True, text=True)
+    assert " *model.safetensors" in result.stdout
+    (tmp_path / "checksums.sha256").write_text(result.stdout)
+    AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    corrupt(tmp_path / "model.safetensors", "data bit flip")
+    with pytest.raises(OSError, match="does not match its SHA-256"):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+
+
 def test_the_digests_are_sha256sum_compatible(tmp_path):
     tiny_model(seed=7).save_pretrained(tmp_path)
     result = subprocess.run(["sha256sum", "-c", "checksums.sha256"], cwd=tmp_path, capture_output=True, text=True)

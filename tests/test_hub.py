@@ -1,0 +1,57 @@
+"""What goes to the Hub with a model folder, and the card it shows there (no network: the folder checks and the card
+text only; tests/test_train.py uploads to a local fake Hub)."""
+
+from huggingface_hub import ModelCard
+
+from modeling.hub import hub_upload_files, upload_problem
+from modeling.model_card import renamed_card
+
+CARD = """---
+model_name: o
+---
+# o
+
+## How to use
+
+```python
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+model = AutoModelForSeq2SeqLM.from_pretrained("o", trust_remote_code=True)
+```
+
+From a checkout of the repository: `python scripts/translate.py o "Ein Hund." --num_beams 4`.
+
+## Architecture
+
+Post-norm, one output projection.
+"""
+
+
+def test_a_short_folder_name_is_replaced_only_where_it_names_the_model():
+    """A run saved as `--output_dir o`: every "o" of the section's code is not the model's id."""
+    card = renamed_card(ModelCard(CARD), "me/tiny", "me/tiny")
+    assert card.text.startswith("# me/tiny\n\n## How to use\n")
+    assert "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer" in card.text
+    assert 'AutoModelForSeq2SeqLM.from_pretrained("me/tiny", trust_remote_code=True)' in card.text
+    assert 'translate.py me/tiny "Ein Hund." --num_beams 4' in card.text
+    assert "Post-norm, one output projection." in card.text  # other sections untouched
+
+
+def test_hidden_files_stay_local(tmp_path):
+    for name in ("config.json", ".env", "sub/.netrc", "sub/vocab.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert hub_upload_files(tmp_path) == ["config.json", "sub/vocab.txt"]
+
+
+def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
+    folder, outside = tmp_path / "model", tmp_path / "secret.txt"
+    folder.mkdir()
+    outside.write_text("token")
+    (folder / "config.json").write_text("{}")
+    (folder / "notes.txt").symlink_to(outside)
+    problem = upload_problem(folder)
+    assert problem is not None and "notes.txt link(s) to files outside the folder" in problem
+    (folder / "notes.txt").unlink()
+    (folder / "inside.json").symlink_to(folder / "config.json")  # a link within the folder is no leak
+    assert "link(s)" not in (upload_problem(folder) or "")
