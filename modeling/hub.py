@@ -30,6 +30,13 @@ HUB_IGNORE_PATTERNS = [
 ]
 
 
+# What a model folder holds: the saved model (config, weights, checksums, tokenizer, code, card), its run's results
+# and TensorBoard logs, `evaluate.py`'s outputs, an average's provenance. Other files go only when asked for.
+MODEL_FOLDER_PATTERNS = [
+    "README.md", "*.json", "*.safetensors", "*.py", "checksums.sha256", "runs/**", "eval-*/**", "target_tokenizer/**",
+]
+
+
 class HubUploadError(RuntimeError):
     """The upload failed; the local folder is untouched."""
 
@@ -44,10 +51,17 @@ def hub_upload_files(folder: str | os.PathLike) -> list[str]:
     return sorted(kept)
 
 
-def upload_problem(folder: str | os.PathLike) -> str | None:
+def other_files(folder: str | os.PathLike) -> list[str]:
+    """The files `push_folder_to_hub` would upload that no model folder holds (`MODEL_FOLDER_PATTERNS`), sorted."""
+    files = hub_upload_files(folder)
+    return sorted(set(files) - set(filter_repo_objects(files, allow_patterns=MODEL_FOLDER_PATTERNS)))
+
+
+def upload_problem(folder: str | os.PathLike, allow_other_files: bool = False) -> str | None:
     """Why `folder` should not go to the Hub as a model (None if it can): a file to upload links to one outside the
-    folder, it is no model folder (config, weights, tokenizer), its model card's metadata does not parse, or its
-    weights are incomplete or differ from their checksums."""
+    folder or is none of a model folder's (`other_files`, unless `allow_other_files`), it is no model folder (config,
+    weights, tokenizer), its model card's metadata does not parse, or its weights are incomplete or differ from their
+    checksums."""
     folder = Path(folder)
     if not folder.is_dir():
         return f"{folder} is not a folder: give a model folder (the output_dir of scripts/train.py or an average)"
@@ -56,6 +70,11 @@ def upload_problem(folder: str | os.PathLike) -> str | None:
     if outside:
         return (f"{folder}: {', '.join(outside)} link(s) to files outside the folder, which would be uploaded too; "
                 "copy what belongs to the model into the folder, or remove the links")
+    others = [] if allow_other_files else other_files(folder)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        return (f"{folder} holds files that are not part of a model, which would be uploaded too: {shown}; move them "
+                "out of the folder, or allow them (push_to_hub.py --allow_other_files)")
     try:
         check_model_folder(folder)
         if (folder / MODEL_CARD_NAME).is_file():
@@ -94,6 +113,7 @@ def push_folder_to_hub(
     revision: str | None = None,
     commit_message: str = "Upload model trained with annotated-transformer-hf",
     endpoint: str | None = None,
+    allow_other_files: bool = False,
 ):
     """Create (if needed) the model repo `repo_id` (and the branch `revision`) and upload `folder` to it in one
     commit; returns the commit info.
@@ -105,7 +125,7 @@ def push_folder_to_hub(
     upload later when the upload fails.
     """
     folder = Path(folder)
-    problem = upload_problem(folder)
+    problem = upload_problem(folder, allow_other_files)
     if problem is not None:
         raise ValueError(problem)
     operations = hub_commit_operations(folder, repo_id)
@@ -127,6 +147,6 @@ def push_folder_to_hub(
 
 
 __all__ = [
-    "HUB_IGNORE_PATTERNS", "HubUploadError", "hub_commit_operations", "hub_model_card",
-    "hub_upload_files", "push_folder_to_hub", "upload_problem",
+    "HUB_IGNORE_PATTERNS", "MODEL_FOLDER_PATTERNS", "HubUploadError", "hub_commit_operations", "hub_model_card",
+    "hub_upload_files", "other_files", "push_folder_to_hub", "upload_problem",
 ]

@@ -5,7 +5,8 @@
 
 Log in first (`hf auth login`) or pass --token. The folder is checked before anything is sent: a config, weights
 complete and matching their checksums, the tokenizer. Intermediate checkpoints and the state that resumes a run
-(optimizer, scheduler, RNG) stay local; the uploaded model card loads the repo id in its "How to use". The local folder
+(optimizer, scheduler, RNG) and hidden files stay local; other files a model folder does not hold are refused
+(--allow_other_files sends them); the uploaded model card loads the repo id in its "How to use". The local folder
 is not changed. --dry_run lists what would be sent, without a network.
 """
 
@@ -27,6 +28,8 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--commit_message", default="Upload model trained with annotated-transformer-hf")
     parser.add_argument("--token", default=None, help="a Hub token (default: the one `hf auth login` stored)")
     parser.add_argument("--dry_run", action="store_true", help="list the files that would be uploaded; send nothing")
+    parser.add_argument("--allow_other_files", action="store_true",
+                        help="upload files a model folder does not hold too (refused by default: they may be private)")
     return parser
 
 
@@ -37,7 +40,7 @@ def main(argv=None) -> None:
         validate_repo_id(args.repo_id)
     except HFValidationError as error:
         parser.error(f"repo_id {args.repo_id!r} is not a Hub repo id: {error}")
-    problem = upload_problem(args.model_dir)
+    problem = upload_problem(args.model_dir, args.allow_other_files)
     if problem is not None:
         parser.error(problem)
 
@@ -51,7 +54,7 @@ def main(argv=None) -> None:
     try:
         commit = push_folder_to_hub(
             args.model_dir, args.repo_id, token=args.token, private=args.private, revision=args.revision,
-            commit_message=args.commit_message,
+            commit_message=args.commit_message, allow_other_files=args.allow_other_files,
         )
     except HubUploadError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)

@@ -55,3 +55,13 @@ def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
     (folder / "notes.txt").unlink()
     (folder / "inside.json").symlink_to(folder / "config.json")  # a link within the folder is no leak
     assert "link(s)" not in (upload_problem(folder) or "")
+
+
+def test_files_no_model_folder_holds_are_refused_unless_allowed(tmp_path):
+    for name in ("config.json", "model.safetensors", "README.md", "runs/x/events.out.tfevents.1",
+                 "eval-test/hypotheses.txt", "nohup.out", "data/train.tsv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    problem = upload_problem(tmp_path)
+    assert "not part of a model, which would be uploaded too: data/train.tsv, nohup.out;" in problem
+    assert "not part of a model" not in (upload_problem(tmp_path, allow_other_files=True) or "")
