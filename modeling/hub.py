@@ -58,13 +58,19 @@ def other_files(folder: str | os.PathLike) -> list[str]:
 
 
 def upload_problem(folder: str | os.PathLike, allow_other_files: bool = False) -> str | None:
-    """Why `folder` should not go to the Hub as a model (None if it can): a file to upload links to one outside the
-    folder or is none of a model folder's (`other_files`, unless `allow_other_files`), it is no model folder (config,
-    weights, tokenizer), its model card's metadata does not parse, or its weights are incomplete or differ from their
-    checksums."""
+    """Why `folder` should not go to the Hub as a model (None if it can): it is no model folder (config, weights,
+    tokenizer), its model card's metadata does not parse, a file to upload links to one outside the folder or is
+    none of a model folder's (`other_files`, unless `allow_other_files`), or its weights are incomplete or differ
+    from their checksums."""
     folder = Path(folder)
     if not folder.is_dir():
         return f"{folder} is not a folder: give a model folder (the output_dir of scripts/train.py or an average)"
+    try:
+        check_model_folder(folder)
+        if (folder / MODEL_CARD_NAME).is_file():
+            load_card(folder / MODEL_CARD_NAME)
+    except (FileNotFoundError, ValueError) as error:
+        return str(error)
     outside = [name for name in hub_upload_files(folder)
                if not (folder / name).resolve().is_relative_to(folder.resolve())]
     if outside:
@@ -75,12 +81,6 @@ def upload_problem(folder: str | os.PathLike, allow_other_files: bool = False) -
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         return (f"{folder} holds files that are not part of a model, which would be uploaded too: {shown}; move them "
                 "out of the folder, or allow them (push_to_hub.py --allow_other_files)")
-    try:
-        check_model_folder(folder)
-        if (folder / MODEL_CARD_NAME).is_file():
-            load_card(folder / MODEL_CARD_NAME)
-    except (FileNotFoundError, ValueError) as error:
-        return str(error)
     return weights_problem(folder)
 
 

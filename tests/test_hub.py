@@ -2,9 +2,11 @@
 text only; tests/test_train.py uploads to a local fake Hub)."""
 
 from huggingface_hub import ModelCard
+from model_helpers import tiny_model
 
 from modeling.hub import hub_upload_files, upload_problem
 from modeling.model_card import renamed_card
+from modeling.tokenization import train_tokenizer
 
 CARD = """---
 model_name: o
@@ -44,24 +46,31 @@ def test_hidden_files_stay_local(tmp_path):
     assert hub_upload_files(tmp_path) == ["config.json", "sub/vocab.txt"]
 
 
+def model_folder(folder):
+    """A complete model folder: config, weights with their checksums, tokenizer."""
+    tokenizer = train_tokenizer(["1 2 3 4", "5 6 7 8 9 0"] * 10, vocab_size=270)
+    tiny_model(seed=1, vocab_size=len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert upload_problem(folder) is None
+    return folder
+
+
 def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
-    folder, outside = tmp_path / "model", tmp_path / "secret.txt"
-    folder.mkdir()
+    folder, outside = model_folder(tmp_path / "model"), tmp_path / "secret.txt"
     outside.write_text("token")
-    (folder / "config.json").write_text("{}")
-    (folder / "notes.txt").symlink_to(outside)
-    problem = upload_problem(folder)
-    assert problem is not None and "notes.txt link(s) to files outside the folder" in problem
-    (folder / "notes.txt").unlink()
+    (folder / "notes.json").symlink_to(outside)
+    problem = upload_problem(folder, allow_other_files=True)
+    assert problem is not None and "notes.json link(s) to files outside the folder" in problem
+    (folder / "notes.json").unlink()
     (folder / "inside.json").symlink_to(folder / "config.json")  # a link within the folder is no leak
-    assert "link(s)" not in (upload_problem(folder) or "")
+    assert upload_problem(folder) is None
 
 
 def test_files_no_model_folder_holds_are_refused_unless_allowed(tmp_path):
-    for name in ("config.json", "model.safetensors", "README.md", "runs/x/events.out.tfevents.1",
-                 "eval-test/hypotheses.txt", "nohup.out", "data/train.tsv"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("x")
-    problem = upload_problem(tmp_path)
+    folder = model_folder(tmp_path)
+    for name in ("runs/x/events.out.tfevents.1", "eval-test/hypotheses.txt", "nohup.out", "data/train.tsv"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("x")
+    problem = upload_problem(folder) or ""
     assert "not part of a model, which would be uploaded too: data/train.tsv, nohup.out;" in problem
-    assert "not part of a model" not in (upload_problem(tmp_path, allow_other_files=True) or "")
+    assert upload_problem(folder, allow_other_files=True) is None
