@@ -51,9 +51,8 @@ def hub_upload_files(folder: str | os.PathLike) -> list[str]:
     return sorted(kept)
 
 
-def other_files(folder: str | os.PathLike) -> list[str]:
-    """The files `push_folder_to_hub` would upload that no model folder holds (`MODEL_FOLDER_PATTERNS`), sorted."""
-    files = hub_upload_files(folder)
+def other_files(files: list[str]) -> list[str]:
+    """Those of `files` (paths to upload) that no model folder holds (`MODEL_FOLDER_PATTERNS`), sorted."""
     return sorted(set(files) - set(filter_repo_objects(files, allow_patterns=MODEL_FOLDER_PATTERNS)))
 
 
@@ -71,12 +70,12 @@ def upload_problem(folder: str | os.PathLike, allow_other_files: bool = False) -
             load_card(folder / MODEL_CARD_NAME)
     except (FileNotFoundError, ValueError) as error:
         return str(error)
-    outside = [name for name in hub_upload_files(folder)
-               if not (folder / name).resolve().is_relative_to(folder.resolve())]
+    files = hub_upload_files(folder)  # the folder is read once for both checks
+    outside = [name for name in files if not (folder / name).resolve().is_relative_to(folder.resolve())]
     if outside:
         return (f"{folder}: {', '.join(outside)} link(s) to files outside the folder, which would be uploaded too; "
                 "copy what belongs to the model into the folder, or remove the links")
-    others = [] if allow_other_files else other_files(folder)
+    others = [] if allow_other_files else other_files(files)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         return (f"{folder} holds files that are not part of a model, which would be uploaded too: {shown}; move them "
