@@ -253,9 +253,9 @@ def check_card_readable(model_dir: str | os.PathLike) -> None:
 def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: str) -> Path | None:
     """Write one evaluation (`modeling.evaluation.evaluate_model`'s results) into the model folder's card
     (README.md) as a section `## Evaluation: <test set>, beam <n>`: scores, signatures, the command. The section of
-    an earlier evaluation with the same test set and beam is replaced; a folder without a card (an average of an
-    unfinished run's checkpoints) gets one that starts with its name. A Hub id, which is no folder here, is left
-    alone (returns None)."""
+    an earlier evaluation with the same test set and beam is replaced, in the text and in the card's Hub metadata (its
+    `model-index`); a folder without a card (an average of an unfinished run's checkpoints) gets one that starts with
+    its name. A Hub id, which is no folder here, is left alone (returns None)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         return None
@@ -285,8 +285,41 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
         text = earlier.sub(lambda _: section + "\n", text, count=1).rstrip("\n") + "\n"
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    card.write_text(text, encoding="utf-8")
+    card.write_text(_with_evaluation_metadata(text, results, model_dir.resolve().name), encoding="utf-8")
     return card
+
+
+def _with_evaluation_metadata(text: str, results: Mapping, model_name: str) -> str:
+    """`text` (a card) whose Hub metadata (`model-index`) also holds this evaluation's sacreBLEU and chrF, as
+    entries for its test set with the metric config "beam <n>" that replace an earlier evaluation's. The task and
+    dataset are those of the card's training results. A card without metadata is returned as it is."""
+    if not text.startswith("---"):
+        return text
+    card = ModelCard(text, ignore_metadata_errors=True)
+    data = card.data
+    known = (data.eval_results or [None])[0]
+    test_set = results.get("test_set") or {}
+    languages = [test_set.get(key) for key in ("source_lang", "target_lang")]
+    dataset = known.dataset_type if known else (data.datasets or ["custom"])[0]
+    evaluation = [
+        EvalResult(
+            task_type=known.task_type if known else "translation",
+            task_name=known.task_name if known else (
+                f"Translation {languages[0]}-{languages[1]}" if all(languages) else "Sequence transduction"),
+            dataset_type=dataset,
+            dataset_name=known.dataset_name if known else dataset,
+            dataset_split=results["split"],
+            metric_type=metric_type,
+            metric_name=metric_name,
+            metric_config=f"beam {results['num_beams']}",
+            metric_value=results[metric_type],
+        )
+        for metric_type, metric_name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
+    ]
+    kept = [old for old in data.eval_results or [] if not any(old.is_equal_except_value(new) for new in evaluation)]
+    data.eval_results = kept + evaluation
+    data.model_name = data.model_name or model_name
+    return card.content
 
 
 def load_card(path: Path) -> ModelCard:
