@@ -36,7 +36,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
-from .prepacked_linear import PrepackedLinear
+from .prepacked_linear import prepacked_linear_layers
 from .weight_files import verify_weights, write_checksums
 
 
@@ -178,10 +178,10 @@ class AnnotatedTransformerAttention(nn.Module):
         self.dropout = config.attention_dropout
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = PrepackedLinear(config.d_model, config.d_model)
-        self.k_proj = PrepackedLinear(config.d_model, config.d_model)
-        self.v_proj = PrepackedLinear(config.d_model, config.d_model)
-        self.out_proj = PrepackedLinear(config.d_model, config.d_model)
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
 
     def forward(
         self,
@@ -242,8 +242,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def __init__(self, config: AnnotatedTransformerConfig, ffn_dim: int):
         super().__init__()
-        self.fc1 = PrepackedLinear(config.d_model, ffn_dim)
-        self.fc2 = PrepackedLinear(ffn_dim, config.d_model)
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
@@ -785,7 +785,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
     def __init__(self, config: AnnotatedTransformerConfig):
         super().__init__(config)
         self.model = AnnotatedTransformerModel(config)
-        self.lm_head = PrepackedLinear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             # Every target points at the root parameter: transformers does not resolve chains of ties.
             self._tied_weights_keys = {
@@ -830,6 +830,12 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def generate(self, *args, **kwargs):
+        """`GenerationMixin.generate`. On a CPU in float32, the linear layers multiply with oneDNN-prepacked copies
+        of their weights meanwhile (`prepacked_linear_layers`), dropped when it returns."""
+        with prepacked_linear_layers(self):
+            return super().generate(*args, **kwargs)
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         # A caller's max_length keyword counts: the saved config's max_new_tokens (train.py writes one) would win.

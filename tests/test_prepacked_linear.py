@@ -1,8 +1,5 @@
-"""The prepacked linear layer: `nn.Linear`'s results and state, a oneDNN-packed weight only in CPU float32 inference,
-and a packed copy that follows every change of the weight."""
-
-import copy
-import pickle
+"""Prepacked linear layers while `generate()` runs: `nn.Linear`'s results, plain `nn.Linear` layers outside the call,
+and every change of a weight between calls followed."""
 
 import pytest
 import torch
@@ -10,111 +7,126 @@ import torch.nn.functional as F
 from model_helpers import assert_varied, generating_model, padded_batch
 from torch import nn
 
-from modeling.prepacked_linear import PrepackedLinear, prepacking_available
+from modeling import prepacked_linear
+from modeling.prepacked_linear import prepacked_linear_layers, prepacking_available
 
 pytestmark = pytest.mark.skipif(not prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
 
-
-def layer(bias: bool = True, seed: int = 0) -> PrepackedLinear:
-    torch.manual_seed(seed)
-    return PrepackedLinear(24, 40, bias=bias)
+SETTINGS = dict(max_new_tokens=10, output_scores=True, return_dict_in_generate=True)
 
 
-def packed(module: PrepackedLinear) -> bool:
-    return "_prepacked_weight" in module.__dict__
+@pytest.fixture
+def packs(monkeypatch):
+    """The weights packed so far (a list that grows)."""
+    packed = []
+
+    def counting(weight):
+        packed.append(weight)
+        return pack_weight(weight)
+
+    pack_weight = prepacked_linear.pack_weight
+    monkeypatch.setattr(prepacked_linear, "pack_weight", counting)
+    return packed
+
+
+def generated(model, num_beams: int = 1):
+    input_ids, attention_mask = padded_batch()
+    return model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **SETTINGS)
+
+
+def plain_linear_generated(model, num_beams: int = 1):
+    with torch.backends.mkldnn.flags(enabled=False):
+        return generated(model, num_beams)
+
+
+def assert_same_generation(fast, plain):
+    assert torch.equal(fast.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(fast.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize(
     "rows",
     [torch.randn(7, 24), torch.randn(3, 5, 24), torch.randn(24, 6).t(), torch.randn(4, 9, 24)[:, 2:],
-     torch.randn(0, 24)],
-    ids=["2d", "3d", "transposed", "sliced", "empty"],
+     torch.randn(0, 24), torch.randn(24)],
+    ids=["2d", "3d", "transposed", "sliced", "empty", "1d"],
 )
-def test_inference_multiplies_with_the_packed_weight_and_gives_linears_result(bias, rows):
-    module = layer(bias)
-    with torch.inference_mode():
-        result = module(rows)
-    assert packed(module)
-    torch.testing.assert_close(result, F.linear(rows, module.weight.detach(), module.bias), atol=2e-5, rtol=1e-5)
-    with torch.no_grad():
-        torch.testing.assert_close(module(rows), result)
+def test_within_the_scope_a_layer_multiplies_with_its_packed_weight_and_gives_linears_result(bias, rows, packs):
+    torch.manual_seed(0)
+    layer = nn.Linear(24, 40, bias=bias)
+    with prepacked_linear_layers(layer), torch.no_grad():
+        result = layer(rows)
+        again = layer(rows)
+    assert packs == [layer.weight]  # packed once, on the first call
+    torch.testing.assert_close(result, F.linear(rows, layer.weight.detach(), layer.bias), atol=2e-5, rtol=1e-5)
+    assert torch.equal(again, result)
+    assert type(layer) is nn.Linear and "forward" not in layer.__dict__  # plain again
 
 
-def test_the_packed_copy_follows_every_change_of_the_weight():
-    module, rows = layer(), torch.randn(6, 24)
-
-    def check():
-        with torch.inference_mode():
-            result = module(rows)
-        torch.testing.assert_close(result, F.linear(rows, module.weight.detach(), module.bias), atol=2e-5, rtol=1e-5)
-
-    check()
-    with torch.no_grad():
-        module.weight.mul_(-3)  # an optimizer step or an in-place init
-    check()
-    module.weight = nn.Parameter(torch.randn(40, 24))  # a new tensor (the old one is freed: its address may recur)
-    check()
-    module.load_state_dict({"weight": torch.randn(40, 24), "bias": torch.randn(40)})
-    check()
-    module.weight.data = torch.randn(40, 24)  # new storage under the same parameter
-    check()
-
-
-def test_gradients_autocast_half_precision_and_a_disabled_onednn_use_nn_linear():
-    module, rows = layer(), torch.randn(6, 24, requires_grad=True)
-    output = module(rows)  # gradients needed
-    output.sum().backward()
-    assert not packed(module) and module.weight.grad is not None and rows.grad is not None
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert module(rows.detach()).dtype == torch.bfloat16
-    with torch.inference_mode(), torch.backends.mkldnn.flags(enabled=False):
-        module(rows.detach())
-    half = layer().to(torch.bfloat16)
-    with torch.inference_mode():
-        half(rows.detach().bfloat16())
-    assert not packed(module) and not packed(half)
+def test_gradients_autocast_other_dtypes_and_a_disabled_onednn_use_nn_linear(packs):
+    torch.manual_seed(0)
+    layer, rows = nn.Linear(24, 40), torch.randn(6, 24, requires_grad=True)
+    with prepacked_linear_layers(layer):
+        layer(rows).sum().backward()  # gradients enabled
+        assert layer.weight.grad is not None and rows.grad is not None
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer(rows).dtype == torch.bfloat16
+        with torch.no_grad(), pytest.raises(RuntimeError):
+            layer(rows.double())  # F.linear's own dtype error
+    with torch.backends.mkldnn.flags(enabled=False), prepacked_linear_layers(layer), torch.no_grad():
+        layer(rows)
+    half = nn.Linear(24, 40).to(torch.bfloat16)
+    with prepacked_linear_layers(half), torch.no_grad():
+        half(rows.bfloat16())
+        assert "forward" not in half.__dict__
+    assert packs == []
 
 
-def test_train_eval_and_to_drop_the_copy_and_it_is_never_saved_copied_or_pickled():
-    module, rows = layer(), torch.randn(6, 24)
-    for drop in (lambda: module.eval(), lambda: module.train(), lambda: module.to(torch.float32)):
-        with torch.no_grad():
-            module(rows)
-        assert packed(module)
-        drop()
-        assert not packed(module)
-    with torch.no_grad():
-        expected = module(rows)
-    assert packed(module)
-    assert set(module.state_dict()) == set(nn.Linear(24, 40).state_dict())
-    for twin in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
-        assert not packed(twin)
-        with torch.no_grad():
-            torch.testing.assert_close(twin(rows), expected)
+def test_a_quantized_or_wrapped_layer_and_a_nested_scope_are_left_alone(packs):
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    assert not any(type(layer) is nn.Linear for layer in quantized.modules())  # the layers are still nn.Linear
+    with prepacked_linear_layers(quantized), torch.no_grad():
+        quantized(torch.randn(2, 8))
+    assert packs == []
+    with prepacked_linear_layers(model):
+        inner = model[0].__dict__["forward"]
+        with prepacked_linear_layers(model):
+            assert model[0].__dict__["forward"] is inner
+        assert model[0].__dict__["forward"] is inner  # the inner scope removes only what it installed
+    assert "forward" not in model[0].__dict__
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_generate_gives_the_tokens_and_scores_of_plain_linear_layers(num_beams):
+def test_generate_gives_the_tokens_and_scores_of_plain_linear_layers(num_beams, packs):
     model = generating_model()
-    input_ids, attention_mask = padded_batch()
-    settings = dict(num_beams=num_beams, do_sample=False, max_new_tokens=10, output_scores=True,
-                    return_dict_in_generate=True)
-    with torch.inference_mode():
-        fast = model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings)
-        assert packed(model.lm_head) and packed(model.model.decoder.layers[0].self_attn.q_proj)
-        with torch.backends.mkldnn.flags(enabled=False):
-            plain = model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings)
+    fast = generated(model, num_beams)
+    linear_layers = [layer for layer in model.modules() if type(layer) is nn.Linear]
+    assert len(packs) == len(linear_layers)  # every layer, once, though each ran at every step
+    assert not any("forward" in layer.__dict__ for layer in linear_layers)  # nothing kept after the call
     assert_varied(fast.sequences)
-    assert torch.equal(fast.sequences, plain.sequences)
-    torch.testing.assert_close(torch.stack(fast.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-4)
+    assert_same_generation(fast, plain_linear_generated(model, num_beams))
 
 
-def test_a_rows_product_does_not_depend_on_the_other_rows():
-    """Unlike `F.linear` on a CPU (one row goes through a matrix-vector kernel), so a sentence's translation does not
-    depend on the batch it is in."""
-    module, rows = layer(), torch.randn(70, 24)
-    with torch.inference_mode():
-        alone = module(rows[:1])
-        for count in (2, 3, 32, 70):
-            assert torch.equal(module(rows[:count])[:1], alone), count
+def test_generate_follows_weight_changes_between_calls_that_no_version_counter_sees():
+    """A fused optimizer step and an edit through `.data` (how PEFT merges an adapter) leave the weight's version
+    counter as it was: packed copies kept across calls would be stale."""
+    model = generating_model()
+    before = generated(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    input_ids, attention_mask = padded_batch()
+    model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids).loss.backward()
+    optimizer.step()  # the model stays in eval mode
+    after = generated(model)
+    assert not torch.equal(torch.stack(after.scores), torch.stack(before.scores))
+    assert_same_generation(after, plain_linear_generated(model))
+    model.lm_head.weight.data.mul_(-1)
+    model.model.decoder.layers[0].feed_forward.fc1.weight.data.add_(0.5)
+    assert_same_generation(generated(model), plain_linear_generated(model))
+
+
+def test_a_failing_generate_leaves_plain_layers():
+    model = generating_model()
+    with pytest.raises(ValueError):
+        generated(model, num_beams=0)
+    assert not any("forward" in layer.__dict__ for layer in model.modules())
