@@ -832,9 +832,10 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def generate(self, *args, **kwargs):
-        """`GenerationMixin.generate`. On a CPU in float32, the linear layers multiply with oneDNN-prepacked copies
-        of their weights meanwhile (`prepacked_linear_layers`), dropped when it returns."""
-        with prepacked_linear_layers(self):
+        """`GenerationMixin.generate`. On a CPU in float32, the decoder's and the output layer's linear layers, which
+        run at every step, multiply with oneDNN-prepacked copies of their weights meanwhile (`prepacked_linear_layers`),
+        dropped when it returns. The encoder's run once per call, where packing would cost about what it saves."""
+        with prepacked_linear_layers(self.model.decoder, self.lm_head):
             return super().generate(*args, **kwargs)
 
     def _prepare_generation_config(self, generation_config, **kwargs):

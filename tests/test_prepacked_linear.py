@@ -101,9 +101,9 @@ def test_a_quantized_or_wrapped_layer_and_a_nested_scope_are_left_alone(packs):
 def test_generate_gives_the_tokens_and_scores_of_plain_linear_layers(num_beams, packs):
     model = generating_model()
     fast = generated(model, num_beams)
-    linear_layers = [layer for layer in model.modules() if type(layer) is nn.Linear]
-    assert len(packs) == len(linear_layers)  # every layer, once, though each ran at every step
-    assert not any("forward" in layer.__dict__ for layer in linear_layers)  # nothing kept after the call
+    stepping = [layer for layer in [*model.model.decoder.modules(), model.lm_head] if type(layer) is nn.Linear]
+    assert [id(weight) for weight in packs] == [id(layer.weight) for layer in stepping]  # each once, in the decoder
+    assert not any("forward" in layer.__dict__ for layer in model.modules())  # nothing kept after the call
     assert_varied(fast.sequences)
     assert_same_generation(fast, plain_linear_generated(model, num_beams))
 
