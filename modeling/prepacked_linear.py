@@ -6,8 +6,8 @@ it once (what torch.compile's freezing does on a CPU), is faster there: on 2 cor
 output matrices take 2.1 ms for 32 rows against 4.9 ms with `F.linear` (3.3 ms with oneDNN on the unpacked weight;
 1.3x at 512 rows).
 
-`prepacked_linear_layers(*modules)` gives every `nn.Linear` in `modules` (that exact type: a quantized or
-adapter-wrapped layer is left alone) whose weight is a float32 CPU tensor a forward that packs the weight on its first
+`prepacked_linear_layers(*modules)` gives every `nn.Linear` in `modules` (that exact type: a subclass, such as a
+dynamically quantized layer, is left alone) whose weight is a float32 CPU tensor a forward that packs the weight on its first
 call and multiplies with the packed copy; on exit the layers are plain `nn.Linear` again and the copies are freed.
 The copies live for one `generate()` call only, so no change of a weight between calls (an optimizer step, fused or
 not, an edit through `weight.data`, a merged adapter) can leave a stale copy behind. Packing costs about 7 ms per
