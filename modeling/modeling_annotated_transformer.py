@@ -10,6 +10,7 @@ transformers requires) and the files next to it (relative imports: the configura
 the translation pipeline), so `trust_remote_code=True` loads it where this package is not installed.
 """
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -831,12 +832,16 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @functools.wraps(GenerationMixin.generate, assigned=())  # __wrapped__: its signature
     def generate(self, *args, **kwargs):
-        """`GenerationMixin.generate`. On a CPU in float32, the decoder's and the output layer's linear layers, which
-        run at every step, multiply with oneDNN-prepacked copies of their weights meanwhile (`prepacked_linear_layers`),
-        dropped when it returns. The encoder's run once per call, where packing would cost about what it saves."""
         with prepacked_linear_layers(self.model.decoder, self.lm_head):
             return super().generate(*args, **kwargs)
+
+    generate.__doc__ = (
+        "On a CPU in float32, the decoder's and the output layer's linear layers, which run at every step, multiply "
+        "with oneDNN-prepacked copies of their weights during the call (`prepacked_linear_layers`); the encoder's run "
+        "once per call, where packing would cost about what it saves.\n" + (GenerationMixin.generate.__doc__ or "")
+    )
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         # A caller's max_length keyword counts: the saved config's max_new_tokens (train.py writes one) would win.

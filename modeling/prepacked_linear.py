@@ -7,16 +7,19 @@ output matrices take 2.1 ms for 32 rows against 4.9 ms with `F.linear` (3.3 ms w
 1.3x at 512 rows).
 
 `prepacked_linear_layers(*modules)` gives every `nn.Linear` in `modules` (that exact type: a subclass, such as a
-dynamically quantized layer, is left alone) whose weight is a float32 CPU tensor a forward that packs the weight on its first
-call and multiplies with the packed copy; on exit the layers are plain `nn.Linear` again and the copies are freed.
+dynamically quantized layer, is left alone) whose weight is a float32 CPU tensor a forward that packs the weight on
+its first call and multiplies with the packed copy; on exit the layers are plain `nn.Linear` again and the copies
+are freed.
 The copies live for one `generate()` call only, so no change of a weight between calls (an optimizer step, fused or
 not, an edit through `weight.data`, a merged adapter) can leave a stale copy behind. Packing costs about 7 ms per
 call for the small model's decoder and output layer (26 ms at base), a few percent of a batch-32 generate(). Inside,
-a call with gradients enabled, in another dtype or device, under autocast or torch.compile uses `F.linear`, and
-nothing is packed while `torch.backends.mkldnn.enabled` is off.
+a call with gradients enabled, in another dtype or device, under autocast or torch.compile uses `F.linear`; a scope
+entered while `torch.backends.mkldnn.enabled` is off packs nothing. A copy or pickle of the model made during the
+call computes with its own weights.
 """
 
 import contextlib
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -47,38 +50,49 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 32)
 
 
-def _prepacking_forward(layer: nn.Linear):
-    packed = None
+class PrepackingForward:
+    """A layer's forward inside the scope: packs the weight on the first call, then multiplies with the copy. A copy
+    or pickle of the layer made meanwhile (a deepcopy from another thread, `torch.save(model)`) gets an inactive one,
+    which is `F.linear` on that layer's own weight and which a later scope replaces."""
 
-    def forward(input: torch.Tensor) -> torch.Tensor:
-        nonlocal packed
+    def __init__(self, layer: nn.Linear, active: bool = True):
+        self.layer, self.active, self.packed = layer, active, None
+
+    def __call__(self, input: torch.Tensor) -> torch.Tensor:
+        layer = self.layer
         if (
-            torch.compiler.is_compiling()
+            not self.active
+            or torch.compiler.is_compiling()
             or torch.is_grad_enabled()
             or input.dtype != torch.float32
             or input.device.type != "cpu"
             or torch.is_autocast_enabled("cpu")
         ):
             return F.linear(input, layer.weight, layer.bias)
-        if packed is None:
-            packed = pack_weight(layer.weight)
-        return torch.ops.mkldnn._linear_pointwise(input, packed, layer.bias, "none", [], "")
+        if self.packed is None:
+            self.packed = pack_weight(layer.weight)
+        return torch.ops.mkldnn._linear_pointwise(input, self.packed, layer.bias, "none", [], "")
 
-    return forward
+    def __deepcopy__(self, memo):
+        return PrepackingForward(copy.deepcopy(self.layer, memo), active=False)  # the layer's copy (from memo)
+
+    def __reduce__(self):
+        return PrepackingForward, (self.layer, False)
 
 
 @contextlib.contextmanager
 def prepacked_linear_layers(*modules: nn.Module):
     """Within: the float32 CPU `nn.Linear` layers of `modules` multiply with prepacked copies of their weights (made
     on each layer's first call); on exit they are plain `nn.Linear` again. A layer that already has a forward of its
-    own (a nested or concurrent scope) is left as it is."""
+    own (a nested or concurrent scope's) is left as it is."""
     installed = []
     if torch.backends.mkldnn.enabled and not torch.compiler.is_compiling() and prepacking_available():
         for layer in (layer for module in modules for layer in module.modules()):
             weight = layer.weight if type(layer) is nn.Linear else None
             if weight is not None and weight.device.type == "cpu" and weight.dtype == torch.float32:
-                if "forward" not in layer.__dict__:
-                    layer.forward = forward = _prepacking_forward(layer)
+                own = layer.__dict__.get("forward")
+                if own is None or (isinstance(own, PrepackingForward) and not own.active):
+                    layer.forward = forward = PrepackingForward(layer)
                     installed.append((layer, forward))
     try:
         yield

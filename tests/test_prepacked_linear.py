@@ -1,11 +1,16 @@
 """Prepacked linear layers while `generate()` runs: `nn.Linear`'s results, plain `nn.Linear` layers outside the call,
 and every change of a weight between calls followed."""
 
+import copy
+import inspect
+import io
+
 import pytest
 import torch
 import torch.nn.functional as F
 from model_helpers import assert_varied, generating_model, padded_batch
 from torch import nn
+from transformers import GenerationMixin, StoppingCriteria, StoppingCriteriaList
 
 from modeling import prepacked_linear
 from modeling.prepacked_linear import prepacked_linear_layers, prepacking_available
@@ -130,3 +135,37 @@ def test_a_failing_generate_leaves_plain_layers():
     with pytest.raises(ValueError):
         generated(model, num_beams=0)
     assert not any("forward" in layer.__dict__ for layer in model.modules())
+
+
+def test_a_copy_or_pickle_made_during_generate_computes_with_its_own_weights():
+    """A deepcopy (from another thread, a stopping criterion) or `torch.save(model)` while generate() runs."""
+    model = generating_model()
+    made = {}
+
+    class CopyOnce(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            if not made:
+                made["copy"] = copy.deepcopy(model)
+                buffer = io.BytesIO()
+                torch.save(model, buffer)
+                made["pickled"] = buffer.getvalue()
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    input_ids, attention_mask = padded_batch()
+    model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4,
+                   stopping_criteria=StoppingCriteriaList([CopyOnce()]))
+    unpickled = torch.load(io.BytesIO(made["pickled"]), weights_only=False)
+    rows = torch.randn(3, model.config.d_model)
+    for twin in (made["copy"], unpickled):
+        with torch.no_grad():
+            twin.lm_head.weight.zero_()
+            assert twin.lm_head(rows).abs().max() == 0  # its own weight, not the original's
+        expected = plain_linear_generated(twin)
+        assert_same_generation(generated(twin), expected)  # a later generate() packs the copy's weights
+        assert not any("forward" in layer.__dict__ for layer in twin.model.decoder.modules())
+
+
+def test_generate_keeps_generationmixins_signature():
+    model = generating_model()
+    assert inspect.signature(model.generate) == inspect.signature(GenerationMixin.generate.__get__(model))
+    assert "prepacked" in model.generate.__doc__ and GenerationMixin.generate.__doc__ in model.generate.__doc__
