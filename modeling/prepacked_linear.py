@@ -9,8 +9,7 @@ output matrices take 2.1 ms for 32 rows against 4.9 ms with `F.linear` (3.3 ms w
 `prepacked_linear_layers(*modules)` gives every `nn.Linear` in `modules` (that exact type: a subclass, such as a
 dynamically quantized layer, is left alone) whose weight is a float32 CPU tensor a forward that packs the weight on
 its first call and multiplies with the packed copy; on exit the layers are plain `nn.Linear` again and the copies
-are freed.
-The copies live for one `generate()` call only, so no change of a weight between calls (an optimizer step, fused or
+are freed. The copies live for one `generate()` call only, so no change of a weight between calls (an optimizer step, fused or
 not, an edit through `weight.data`, a merged adapter) can leave a stale copy behind. Packing costs about 7 ms per
 call for the small model's decoder and output layer (26 ms at base), a few percent of a batch-32 generate(). Inside,
 a call with gradients enabled, in another dtype or device, under autocast or torch.compile uses `F.linear`; a scope
