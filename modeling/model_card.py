@@ -291,8 +291,9 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
 
 def _with_evaluation_metadata(text: str, results: Mapping, model_name: str) -> str:
     """`text` (a card) whose Hub metadata (`model-index`) also holds this evaluation's sacreBLEU and chrF, as
-    entries for its test set with the metric config "beam <n>" that replace an earlier evaluation's. The task and
-    dataset are those of the card's training results. A card without metadata is returned as it is."""
+    entries for its test set with the metric config "beam <n>" that replace an earlier evaluation's. The dataset is
+    the test set's corpus folder, named as training names it (`--data_dir`'s last part), or "custom" for a pair of
+    files; the task is the card's own. A card without metadata is returned as it is."""
     if not text.startswith("---"):
         return text
     card = ModelCard(text, ignore_metadata_errors=True)
@@ -300,14 +301,14 @@ def _with_evaluation_metadata(text: str, results: Mapping, model_name: str) -> s
     known = (data.eval_results or [None])[0]
     test_set = results.get("test_set") or {}
     languages = [test_set.get(key) for key in ("source_lang", "target_lang")]
-    dataset = known.dataset_type if known else (data.datasets or ["custom"])[0]
+    dataset = Path(test_set["data_dir"]).resolve().name if test_set.get("data_dir") else "custom"
     evaluation = [
         EvalResult(
             task_type=known.task_type if known else "translation",
             task_name=known.task_name if known else (
                 f"Translation {languages[0]}-{languages[1]}" if all(languages) else "Sequence transduction"),
             dataset_type=dataset,
-            dataset_name=known.dataset_name if known else dataset,
+            dataset_name=dataset,
             dataset_split=results["split"],
             metric_type=metric_type,
             metric_name=metric_name,

@@ -373,9 +373,9 @@ def test_an_average_of_a_runs_checkpoints_has_the_runs_card_without_its_scores(r
                             "bleu_lowercase": 13.0, "exact_match": 0.0, "signatures": signatures}, "evaluate.py run")
     run_card = ModelCard.load(run / "README.md")
     assert run_card.data.eval_results and "## Evaluation: validation, beam 4" in run_card.text
-    evaluated = [(r.dataset_split, r.metric_type, r.metric_value) for r in run_card.data.eval_results
-                 if r.metric_config == "beam 4"]
-    assert evaluated == [("validation", "bleu", 12.5), ("validation", "chrf", 30.0)]  # the Hub's results table too
+    evaluated = [(r.dataset_type, r.dataset_split, r.metric_type, r.metric_value) for r in run_card.data.eval_results
+                 if r.metric_config == "beam 4"]  # the Hub's results table too; two files: no corpus to name
+    assert evaluated == [("custom", "validation", "bleu", 12.5), ("custom", "validation", "chrf", 30.0)]
     assert len(run_card.data.eval_results) > 2  # beside the training run's own
 
     output = average_checkpoints(last_checkpoints(run, 2), tmp_path / "averaged")
@@ -398,14 +398,17 @@ def test_an_average_of_a_runs_checkpoints_has_the_runs_card_without_its_scores(r
                       "evaluate.py averaged")  # this model's own score lands in its card
     own = card_section((output / "README.md").read_text(), "## Evaluation: validation, beam 4")
     assert "| 4 | 14.00 | 31.00 |" in own and "evaluate.py averaged" in own
-    record_evaluation(output, {"split": "validation", "num_beams": 4, "sentences": 4, "bleu": 15.0, "chrf": 32.0,
-                               "bleu_lowercase": 15.5, "exact_match": 0.0, "signatures": signatures},
-                      "evaluate.py averaged again")  # a second evaluation replaces the first, in the metadata too
+    corpus = {"data_dir": str(tmp_path / "multi30k"), "source_lang": "de", "target_lang": "en"}
+    for bleu in (15.0, 16.0):  # a corpus split, twice: the second replaces the first, in the metadata too
+        record_evaluation(output, {"split": "test", "test_set": corpus, "num_beams": 4, "sentences": 4, "bleu": bleu,
+                                   "chrf": 32.0, "bleu_lowercase": 15.5, "exact_match": 0.0,
+                                   "signatures": signatures}, "evaluate.py averaged --data_dir multi30k")
     card = ModelCard.load(output / "README.md")
-    assert [(r.dataset_split, r.metric_type, r.metric_config, r.metric_value) for r in card.data.eval_results] == [
-        ("validation", "bleu", "beam 4", 15.0), ("validation", "chrf", "beam 4", 32.0)]
-    assert card.data.eval_results[0].dataset_type == run_card.data.eval_results[0].dataset_type
-    assert card.data.model_name == "averaged" and card.text.count("## Evaluation: validation, beam 4") == 1
+    assert [(r.dataset_type, r.dataset_split, r.metric_type, r.metric_config, r.metric_value)
+            for r in card.data.eval_results] == [
+        ("custom", "validation", "bleu", "beam 4", 14.0), ("custom", "validation", "chrf", "beam 4", 31.0),
+        ("multi30k", "test", "bleu", "beam 4", 16.0), ("multi30k", "test", "chrf", "beam 4", 32.0)]
+    assert card.data.model_name == "averaged" and card.text.count("## Evaluation: test, beam 4") == 1
 
 
 def test_token_budget_batches_cover_each_pair_once_per_epoch(tmp_path):
