@@ -42,22 +42,12 @@ def card_data(
     license: str = "apache-2.0",
 ) -> ModelCardData:
     """The Hub metadata: languages, license, tags, dataset and one `model-index` entry per result and metric."""
-    eval_results = []
-    task_name = f"Translation {source_lang}-{target_lang}" if source_lang and target_lang else "Sequence transduction"
-    for row in results:
-        for metric_type, metric_name in (("bleu", "sacreBLEU"), ("chrf", "chrF")):
-            eval_results.append(
-                EvalResult(
-                    task_type="translation",
-                    task_name=task_name,
-                    dataset_type=dataset_id or "custom",
-                    dataset_name=dataset_name or dataset_id or "custom",
-                    dataset_split=row["split"],
-                    metric_type=metric_type,
-                    metric_name=metric_name,
-                    metric_value=row[metric_type],
-                )
-            )
+    task_name = _task_name(source_lang, target_lang)
+    dataset_type = dataset_id or "custom"
+    eval_results = [
+        result for row in results
+        for result in _eval_results(row, task_name, dataset_type, dataset_name or dataset_type)
+    ]
     languages = [language for language in (source_lang, target_lang) if language]
     return ModelCardData(
         model_name=model_name,
@@ -70,6 +60,30 @@ def card_data(
         metrics=["bleu", "chrf"],
         eval_results=eval_results or None,
     )
+
+
+def _task_name(source_lang: str | None, target_lang: str | None) -> str:
+    return f"Translation {source_lang}-{target_lang}" if source_lang and target_lang else "Sequence transduction"
+
+
+def _eval_results(
+    row: Mapping, task_name: str, dataset_type: str, dataset_name: str, metric_config: str | None = None
+) -> list[EvalResult]:
+    """`model-index` entries for one scored split (`row`: its split, bleu and chrf): sacreBLEU and chrF."""
+    return [
+        EvalResult(
+            task_type="translation",
+            task_name=task_name,
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
+            dataset_split=row["split"],
+            metric_type=metric_type,
+            metric_name=metric_name,
+            metric_config=metric_config,
+            metric_value=row[metric_type],
+        )
+        for metric_type, metric_name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
+    ]
 
 
 def render_model_card(context: Mapping, template_path: str | os.PathLike | None = None) -> str:
@@ -300,23 +314,9 @@ def _with_evaluation_metadata(text: str, results: Mapping, model_name: str) -> s
     data = card.data
     known = (data.eval_results or [None])[0]
     test_set = results.get("test_set") or {}
-    languages = [test_set.get(key) for key in ("source_lang", "target_lang")]
     dataset = Path(test_set["data_dir"]).resolve().name if test_set.get("data_dir") else "custom"
-    evaluation = [
-        EvalResult(
-            task_type=known.task_type if known else "translation",
-            task_name=known.task_name if known else (
-                f"Translation {languages[0]}-{languages[1]}" if all(languages) else "Sequence transduction"),
-            dataset_type=dataset,
-            dataset_name=dataset,
-            dataset_split=results["split"],
-            metric_type=metric_type,
-            metric_name=metric_name,
-            metric_config=f"beam {results['num_beams']}",
-            metric_value=results[metric_type],
-        )
-        for metric_type, metric_name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
-    ]
+    task_name = known.task_name if known else _task_name(test_set.get("source_lang"), test_set.get("target_lang"))
+    evaluation = _eval_results(results, task_name, dataset, dataset, metric_config=f"beam {results['num_beams']}")
     kept = [old for old in data.eval_results or [] if not any(old.is_equal_except_value(new) for new in evaluation)]
     data.eval_results = kept + evaluation
     data.model_name = data.model_name or model_name

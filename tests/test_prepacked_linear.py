@@ -90,7 +90,7 @@ def test_gradients_autocast_other_dtypes_and_a_disabled_onednn_use_nn_linear(pac
 def test_a_quantized_or_wrapped_layer_and_a_nested_scope_are_left_alone(packs):
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
     quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
-    assert not any(type(layer) is nn.Linear for layer in quantized.modules())  # the layers are still nn.Linear
+    assert not any(type(layer) is nn.Linear for layer in quantized.modules())  # all replaced by quantized layers
     with prepacked_linear_layers(quantized), torch.no_grad():
         quantized(torch.randn(2, 8))
     assert packs == []
