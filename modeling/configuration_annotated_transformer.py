@@ -63,7 +63,7 @@ class AnnotatedTransformerConfig(PretrainedConfig):
     """
 
     model_type = "annotated-transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the name since / before transformers 5.24
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

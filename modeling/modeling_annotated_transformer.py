@@ -40,6 +40,20 @@ from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .prepacked_linear import prepacked_linear_layers
 from .weight_files import verify_weights, write_checksums
 
+# transformers 5.24 renamed the key/value cache `past_key_values` to `cache`: the argument generate() passes to
+# forward(), the output field and the masking functions' keyword. The model takes either name as an argument, keeps
+# `cache` inside, and returns and hands on its cache under the name of the installed version.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier versions)."""
+    if past_key_values is None:
+        return cache
+    if cache is not None:
+        raise ValueError("Pass the key/value cache as `cache` or as `past_key_values`, not both.")
+    return past_key_values
+
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs are the targets shifted right by one, starting with `decoder_start_token_id` (§3.1)."""
@@ -189,32 +203,30 @@ class AnnotatedTransformerAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
         query = self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)
 
-        cache, cross_attention_ready = None, False
-        if isinstance(past_key_values, EncoderDecoderCache):
-            cross_attention_ready = is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
-            cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-        elif past_key_values is not None:
-            cache = past_key_values
+        layer_cache, cross_attention_ready = cache, False
+        if isinstance(cache, EncoderDecoderCache):
+            cross_attention_ready = is_cross_attention and cache.is_updated.get(self.layer_idx, False)
+            layer_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
 
         if cross_attention_ready:
-            key = cache.layers[self.layer_idx].keys
-            value = cache.layers[self.layer_idx].values
+            key = layer_cache.layers[self.layer_idx].keys
+            value = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
             kv_shape = (*source.shape[:-1], -1, self.head_dim)
             key = self.k_proj(source).view(kv_shape).transpose(1, 2)
             value = self.v_proj(source).view(kv_shape).transpose(1, 2)
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)
+            if layer_cache is not None:
+                key, value = layer_cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -310,18 +322,18 @@ class AnnotatedTransformerDecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None,
         encoder_hidden_states: torch.Tensor,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
         hidden_states = self.self_attn_sublayer(
             hidden_states,
-            lambda x: self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0],
+            lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
         )
         hidden_states = self.encoder_attn_sublayer(
             hidden_states,
             lambda x: self.encoder_attn(
-                x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values, **kwargs,
+                x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache,
+                **kwargs,
             )[0],
         )
         return self.feed_forward_sublayer(hidden_states, self.feed_forward)
@@ -521,16 +533,18 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         attention_mask=None,
         encoder_hidden_states=None,
         encoder_attention_mask=None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds=None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        cache = cache_argument(cache, past_key_values)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         # Positions continue from what the cache holds (transformers 5 has no cache_position): an int, or a 0-d
         # tensor for a static cache.
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         # later generation steps feed back ids the model itself chose; a compiled step checks nothing on the host
         if not torch.compiler.is_compiling() and past_length == 0:
             check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
@@ -547,14 +561,10 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         else:
             if attention_mask is None:
                 attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
-            self_attn_cache = (
-                past_key_values.self_attention_cache
-                if isinstance(past_key_values, EncoderDecoderCache)
-                else past_key_values
-            )
+            self_attn_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             causal_mask = create_causal_mask(
                 config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
-                past_key_values=self_attn_cache,
+                **{CACHE_NAME: self_attn_cache},
             )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
@@ -566,13 +576,13 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
                 causal_mask,
                 encoder_hidden_states,  # positional, so gradient checkpointing passes it through
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=hidden_states, **{CACHE_NAME: cache if use_cache else None}
         )
 
 
@@ -613,10 +623,11 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         decoder_input_ids=None,
         decoder_attention_mask=None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
@@ -630,14 +641,14 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache_argument(cache, past_key_values),
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -853,16 +864,16 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             raise ValueError(f"`num_beams` must be >= 1 (1 = greedy or sampling), got {generation_config.num_beams}.")
         return generation_config, model_kwargs
 
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.Tensor) -> Cache:
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.Tensor) -> Cache:
         """Beam search: after each step, the decoder self-attention cache follows the chosen beams. The
         encoder-decoder attention's keys and values stay in place: beam search repeats each source's encoder output
         once per beam, and a beam is only ever replaced by a beam of the same source, so the rows it would copy hold
         the same source's keys and values already (Marian copies them: one index copy per layer, step and K/V)."""
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
         else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
+            cache.reorder_cache(beam_idx)
+        return cache
 
     @can_return_tuple
     def forward(
@@ -872,15 +883,18 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         decoder_input_ids=None,
         decoder_attention_mask=None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         labels=None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         r"""
+        cache: the key/value cache of earlier decoding steps (`past_key_values`, its name before transformers 5.24,
+            is accepted too); returned under the installed version's name.
         labels: target token ids, -100 where no loss is wanted. When `decoder_input_ids` are not given they are
             built by shifting `labels` right.
         num_items_in_batch: passed by the Trainer: the number of target tokens in the whole (accumulated,
@@ -898,7 +912,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache_argument(cache, past_key_values),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -919,7 +933,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

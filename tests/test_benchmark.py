@@ -31,6 +31,7 @@ from modeling.benchmarking.report import format_table, write_results
 from modeling.benchmarking.run import run_benchmark
 from modeling.benchmarking.settings import build_parser, settings_from_arguments
 from modeling.benchmarking.training_speed import TrainingFlops, forward_backward, loss_function, training_model
+from modeling.modeling_annotated_transformer import CACHE_NAME
 from modeling.tokenization import SPECIAL_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +170,7 @@ def test_marian_is_smoothed_as_the_trainer_smooths_it(tmp_path):
     assert marian.config.use_cache is False  # what the Trainer set, and `training_model` sets
     without_labels = {key: value for key, value in batch.items() if key != "labels"}
     for model in map(training_model, tiny_twins()):
-        assert model(**without_labels).past_key_values is None
+        assert getattr(model(**without_labels), CACHE_NAME) is None
     assert abs(loss_function("marian", marian, 0.1)(batch).item() - marian(**batch).loss.item()) > 1e-3  # smoothed
     torch.testing.assert_close(loss_function("marian", marian, 0.0)(batch), marian(**batch).loss)
     ours.config.label_smoothing = 0.1

@@ -3,6 +3,8 @@ import torch
 from model_helpers import VOCAB, assert_varied, generating_model, padded_batch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
+from modeling.modeling_annotated_transformer import CACHE_NAME
+
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
 def model(request):
@@ -41,7 +43,7 @@ def test_beam_search_reorders_only_the_self_attention_cache(model, monkeypatch):
     monkeypatch.setattr(DynamicLayer, "reorder_cache", recording_reorder)
     ours = model.generate(input_ids, **kwargs)
     assert_varied(ours.sequences)
-    cache = ours.past_key_values
+    cache = getattr(ours, CACHE_NAME)
     assert all(any(layer is done for done in reordered) for layer in cache.self_attention_cache.layers)
     assert not any(layer is done for layer in cache.cross_attention_cache.layers for done in reordered)
 
@@ -52,10 +54,11 @@ def test_beam_search_reorders_only_the_self_attention_cache(model, monkeypatch):
     monkeypatch.setattr(type(model), "_reorder_cache", full_reorder_cache)
     reordered.clear()
     full = model.generate(input_ids, **kwargs)
-    assert any(layer is done for layer in full.past_key_values.cross_attention_cache.layers for done in reordered)
+    full_cross_layers = getattr(full, CACHE_NAME).cross_attention_cache.layers
+    assert any(layer is done for layer in full_cross_layers for done in reordered)
     assert torch.equal(ours.sequences, full.sequences)
     assert torch.equal(ours.sequences_scores, full.sequences_scores)
-    for layer, full_layer in zip(cache.cross_attention_cache.layers, full.past_key_values.cross_attention_cache.layers):
+    for layer, full_layer in zip(cache.cross_attention_cache.layers, full_cross_layers):
         assert torch.equal(layer.keys, full_layer.keys) and torch.equal(layer.values, full_layer.values)
 
 
@@ -102,13 +105,34 @@ def test_cached_step_logits_equal_teacher_forced_logits(model):
     cache, steps = None, []
     for t in range(6):
         out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                    decoder_input_ids=decoder_input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                    decoder_input_ids=decoder_input_ids[:, t : t + 1], cache=cache, use_cache=True)
+        cache = getattr(out, CACHE_NAME)
         steps.append(out.logits)
     assert isinstance(cache, EncoderDecoderCache)
     assert cache.get_seq_length() == 6  # self-attention keys/values grew one step at a time
     assert cache.cross_attention_cache.layers[0].keys.shape[-2] == 7  # computed once over the source
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_ones(model):
+    """transformers 5.24 renamed `past_key_values` to `cache`: a step continues the same cache given either name;
+    given both, the call is refused."""
+    input_ids, attention_mask = padded_batch()
+    encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+    first, second = torch.randint(4, VOCAB, (2, 1)), torch.randint(4, VOCAB, (2, 1))
+    steps = {}
+    for name in ("cache", "past_key_values"):
+        out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=first,
+                    use_cache=True)
+        cache = getattr(out, CACHE_NAME)
+        assert isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() == 1
+        steps[name] = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=second,
+                            use_cache=True, **{name: cache})
+        assert getattr(steps[name], CACHE_NAME) is cache and cache.get_seq_length() == 2
+    torch.testing.assert_close(steps["cache"].logits, steps["past_key_values"].logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="not both"):
+        model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=second,
+              cache=cache, past_key_values=cache)
 
 
 def test_cross_attention_keys_are_computed_once(model):
