@@ -849,9 +849,10 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             return super().generate(*args, **kwargs)
 
     generate.__doc__ = (
-        "On a CPU in float32, the decoder's and the output layer's linear layers, which run at every step, multiply "
-        "with oneDNN-prepacked copies of their weights during the call (`prepacked_linear_layers`); the encoder's run "
-        "once per call, where packing would cost about what it saves.\n" + (GenerationMixin.generate.__doc__ or "")
+        "On an AMD CPU in float32, the decoder's and the output layer's linear layers, which run at every step, "
+        "multiply with oneDNN-prepacked copies of their weights during the call (`prepacked_linear_layers`); the "
+        "encoder's run once per call, where packing would cost about what it saves.\n"
+        + (GenerationMixin.generate.__doc__ or "")
     )
 
     def _prepare_generation_config(self, generation_config, **kwargs):

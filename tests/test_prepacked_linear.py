@@ -13,11 +13,17 @@ from torch import nn
 from transformers import GenerationMixin, StoppingCriteria, StoppingCriteriaList
 
 from modeling import prepacked_linear
-from modeling.prepacked_linear import prepacked_linear_layers, prepacking_available
+from modeling.prepacked_linear import cpu_vendor, prepacked_linear_layers, prepacking_available
 
 pytestmark = pytest.mark.skipif(not prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
 
 SETTINGS = dict(max_new_tokens=10, output_scores=True, return_dict_in_generate=True)
+
+
+@pytest.fixture(autouse=True)
+def packing_pays(monkeypatch):
+    """Packing runs on AMD CPUs only; these tests check it on any CPU."""
+    monkeypatch.setattr(prepacked_linear, "prepacking_pays", lambda: True)
 
 
 @pytest.fixture
@@ -169,3 +175,18 @@ def test_generate_keeps_generationmixins_signature():
     model = generating_model()
     assert inspect.signature(model.generate) == inspect.signature(GenerationMixin.generate.__get__(model))
     assert "prepacked" in model.generate.__doc__ and GenerationMixin.generate.__doc__ in model.generate.__doc__
+
+
+@pytest.mark.parametrize("vendor, pays", [("AuthenticAMD", True), ("GenuineIntel", False), ("", False)])
+def test_layers_are_packed_only_on_cpus_where_it_pays(vendor, pays, tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 25\n" if vendor else "processor\t: 0\n")
+    monkeypatch.undo()  # the real prepacking_pays, reading this file
+    packed, pack_weight = [], prepacked_linear.pack_weight
+    monkeypatch.setattr(prepacked_linear, "pack_weight", lambda weight: packed.append(weight) or pack_weight(weight))
+    monkeypatch.setattr(prepacked_linear.platform, "processor", lambda: "")
+    monkeypatch.setattr(prepacked_linear, "cpu_vendor", lambda: cpu_vendor.__wrapped__(str(cpuinfo)))
+    assert prepacked_linear.cpu_vendor() == vendor
+    model = generating_model()
+    assert_same_generation(generated(model), plain_linear_generated(model))
+    assert bool(packed) is pays
