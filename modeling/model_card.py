@@ -39,9 +39,12 @@ def card_data(
     target_lang: str | None = None,
     dataset_id: str | None = None,
     dataset_name: str | None = None,
+    hub_dataset: str | None = None,
     license: str = "apache-2.0",
 ) -> ModelCardData:
-    """The Hub metadata: languages, license, tags, dataset and one `model-index` entry per result and metric."""
+    """The Hub metadata: languages, license, tags, the Hub dataset trained on (`datasets`, which the Hub links: only a
+    Hub dataset id belongs there, not a local folder or the embedded synthetic task) and one `model-index` entry per
+    result and metric (`dataset_id` names the data there, whatever it is)."""
     task_name = _task_name(source_lang, target_lang)
     dataset_type = dataset_id or "custom"
     eval_results = [
@@ -56,7 +59,7 @@ def card_data(
         library_name="transformers",
         pipeline_tag="translation",
         tags=list(PAPER_TAGS),
-        datasets=[dataset_id] if dataset_id else None,
+        datasets=[hub_dataset] if hub_dataset else None,
         metrics=["bleu", "chrf"],
         eval_results=eval_results or None,
     )
@@ -131,6 +134,8 @@ def model_card_context(
         f"synthetic-{task}" if synthetic
         else data_args.dataset_name or Path(data_args.data_dir).resolve().name
     )
+    dataset_name = data_args.dataset_name  # a Hub id, a local dataset folder or script, or a synthetic task's name
+    hub_dataset = None if synthetic or not dataset_name or Path(dataset_name).exists() else dataset_name
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     parameters = trainer.model.num_parameters()
     if config.norm_first:
@@ -207,7 +212,7 @@ def model_card_context(
     return {
         "card_data": card_data(
             model_name, results, source_lang=source_lang, target_lang=target_lang, dataset_id=dataset_id,
-            dataset_name=dataset_id,
+            dataset_name=dataset_id, hub_dataset=hub_dataset,
         ),
         "model_name": model_name,
         "model_id": training_args.hub_model_id or str(output_dir),

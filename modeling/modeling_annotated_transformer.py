@@ -51,7 +51,10 @@ def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache 
     if past_key_values is None:
         return cache
     if cache is not None:
-        raise ValueError("Pass the key/value cache as `cache` or as `past_key_values`, not both.")
+        raise ValueError(
+            "Pass the key/value cache as `cache` or as `past_key_values`, not both (generate() before transformers "
+            "5.24 takes it as `past_key_values` only)."
+        )
     return past_key_values
 
 
@@ -323,8 +326,10 @@ class AnnotatedTransformerDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
+        cache = cache_argument(cache, past_key_values)
         hidden_states = self.self_attn_sublayer(
             hidden_states,
             lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
@@ -576,7 +581,7 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
                 causal_mask,
                 encoder_hidden_states,  # positional, so gradient checkpointing passes it through
                 encoder_attention_mask=encoder_attention_mask,
-                cache=cache,
+                **{CACHE_NAME: cache},  # the name under which gradient checkpointing drops it (the layer runs twice)
                 **kwargs,
             )
         if self.layer_norm is not None:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 from model_helpers import VOCAB, assert_varied, generating_model, padded_batch
-from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from modeling.modeling_annotated_transformer import CACHE_NAME
 
@@ -133,6 +133,20 @@ def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_o
     with pytest.raises(ValueError, match="not both"):
         model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=second,
               cache=cache, past_key_values=cache)
+
+
+def test_gradient_checkpointing_in_training_leaves_a_given_cache_untouched(model):
+    """A checkpointed layer runs again in backward: transformers' `GradientCheckpointingLayer` drops the cache it is
+    given (under the installed version's name), so keys and values are not written twice and backward works."""
+    input_ids, attention_mask = padded_batch()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.randint(4, VOCAB, (2, 5)),
+                cache=cache, use_cache=True)
+    out.logits.sum().backward()
+    assert cache.get_seq_length() == 0
+    assert all(parameter.grad is not None for parameter in model.model.decoder.layers.parameters())
 
 
 def test_cross_attention_keys_are_computed_once(model):

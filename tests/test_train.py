@@ -123,6 +123,8 @@ def test_model_card_is_filled(ddp_run):
     assert "{{" not in text and "{%" not in text
     card = ModelCard.load(output_dir / "README.md")
     assert card.data.library_name == "transformers" and "translation" in card.data.tags
+    assert card.data.datasets is None  # the embedded copy task is no Hub dataset (it is named in model-index)
+    assert {r.dataset_type for r in card.data.eval_results} == {"synthetic-copy"}
     results = json.loads((output_dir / "all_results.json").read_text())
     bleu = card.data.eval_results[0]
     assert (bleu.metric_type, bleu.dataset_split) == ("bleu", "validation")
