@@ -44,6 +44,15 @@ def trained_to_copy(model: AnnotatedTransformerForConditionalGeneration, steps: 
     return model.eval()
 
 
+def enable_checkpointing(model, **checkpoint_kwargs) -> None:
+    """Gradient (activation) checkpointing of every layer, under transformers' newer name where it has one (5.17, the
+    lowest supported, has only `gradient_checkpointing_enable`, which 5.24 deprecates)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpoint_kwargs or None)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpoint_kwargs or None)
+
+
 def assert_varied(sequences: torch.Tensor, minimum: int = 3) -> None:
     """`generate()` output that can tell generation bugs apart: at least `minimum` distinct tokens after the decoder
     start token, and not every row the same."""

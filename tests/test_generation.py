@@ -1,6 +1,6 @@
 import pytest
 import torch
-from model_helpers import VOCAB, assert_varied, generating_model, padded_batch
+from model_helpers import VOCAB, assert_varied, enable_checkpointing, generating_model, padded_batch
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from modeling.modeling_annotated_transformer import CACHE_NAME
@@ -139,7 +139,7 @@ def test_gradient_checkpointing_in_training_leaves_a_given_cache_untouched(model
     """A checkpointed layer runs again in backward: transformers' `GradientCheckpointingLayer` drops the cache it is
     given (under the installed version's name), so keys and values are not written twice and backward works."""
     input_ids, attention_mask = padded_batch()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_checkpointing(model, use_reentrant=False)
     model.train()
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
     out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.randint(4, VOCAB, (2, 5)),

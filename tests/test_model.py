@@ -3,7 +3,7 @@ import re
 
 import pytest
 import torch
-from model_helpers import VOCAB, padded_batch, tiny_config, tiny_model
+from model_helpers import VOCAB, enable_checkpointing, padded_batch, tiny_config, tiny_model
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from modeling import AnnotatedTransformerModel
@@ -279,9 +279,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for checkpointing in (False, True):
         model = tiny_model(dropout=0.0).train()
         if checkpointing:
-            # the newer name; transformers 5.17 (the lowest supported) has only gradient_checkpointing_enable
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable()
+            enable_checkpointing(model)
             assert model.model.encoder.layers[0].gradient_checkpointing
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
