@@ -1,6 +1,8 @@
 import pytest
 import torch
+import transformers
 from model_helpers import VOCAB, assert_varied, enable_checkpointing, generating_model, padded_batch
+from packaging import version
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from modeling.modeling_annotated_transformer import CACHE_NAME
@@ -72,6 +74,10 @@ def test_a_callers_max_length_wins_over_the_saved_max_new_tokens(model):
     assert model.generate(input_ids, max_length=4, max_new_tokens=6, **kwargs).shape[1] == 1 + 6
 
 
+@pytest.mark.xfail(
+    version.parse(transformers.__version__) < version.parse("5.23"), strict=False,
+    reason="transformers 5.17's static cache decodes a padded batch into other tokens than the default cache",
+)
 def test_static_cache_decoding_compiles_without_graph_breaks(model):
     """`_can_compile_fullgraph`: with a static cache, generate() compiles the decoding step with fullgraph=True, which
     fails on any graph break (a host sync, a data-dependent branch). The eager backend traces without inductor."""
