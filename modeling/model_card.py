@@ -65,6 +65,12 @@ def card_data(
     )
 
 
+def hub_dataset_id(dataset_name: str | None) -> str | None:
+    """`--dataset_name` as the card's Hub `datasets` entry: a Hub id ("wmt14", "bentrevett/multi30k"), or None for
+    no name or a local dataset folder or script (which the Hub could not link)."""
+    return None if not dataset_name or Path(dataset_name).exists() else dataset_name
+
+
 def _task_name(source_lang: str | None, target_lang: str | None) -> str:
     return f"Translation {source_lang}-{target_lang}" if source_lang and target_lang else "Sequence transduction"
 
@@ -134,8 +140,6 @@ def model_card_context(
         f"synthetic-{task}" if synthetic
         else data_args.dataset_name or Path(data_args.data_dir).resolve().name
     )
-    dataset_name = data_args.dataset_name  # a Hub id, a local dataset folder or script, or a synthetic task's name
-    hub_dataset = None if synthetic or not dataset_name or Path(dataset_name).exists() else dataset_name
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     parameters = trainer.model.num_parameters()
     if config.norm_first:
@@ -212,7 +216,7 @@ def model_card_context(
     return {
         "card_data": card_data(
             model_name, results, source_lang=source_lang, target_lang=target_lang, dataset_id=dataset_id,
-            dataset_name=dataset_id, hub_dataset=hub_dataset,
+            dataset_name=dataset_id, hub_dataset=None if synthetic else hub_dataset_id(data_args.dataset_name),
         ),
         "model_name": model_name,
         "model_id": training_args.hub_model_id or str(output_dir),

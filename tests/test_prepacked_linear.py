@@ -177,16 +177,38 @@ def test_generate_keeps_generationmixins_signature():
     assert "prepacked" in model.generate.__doc__ and GenerationMixin.generate.__doc__ in model.generate.__doc__
 
 
-@pytest.mark.parametrize("vendor, pays", [("AuthenticAMD", True), ("GenuineIntel", False), ("", False)])
-def test_layers_are_packed_only_on_cpus_where_it_pays(vendor, pays, tmp_path, monkeypatch):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 25\n" if vendor else "processor\t: 0\n")
-    monkeypatch.undo()  # the real prepacking_pays, reading this file
-    packed, pack_weight = [], prepacked_linear.pack_weight
+@pytest.mark.parametrize("cpuinfo, processor, pays", [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n", "", True),  # Linux
+    ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n", "", False),
+    ("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n", "aarch64", False),  # ARM: no vendor_id
+    (None, "AMD64 Family 25 Model 33 Stepping 2, AuthenticAMD", True),  # Windows: no /proc/cpuinfo
+    (None, "Intel64 Family 6 Model 85 Stepping 7, GenuineIntel", False),
+], ids=["linux-amd", "linux-intel", "linux-arm", "windows-amd", "windows-intel"])
+def test_layers_are_packed_only_on_cpus_where_it_pays(cpuinfo, processor, pays, tmp_path, monkeypatch):
+    monkeypatch.undo()  # the real prepacking_pays and cpu_vendor, reading /proc/cpuinfo (here a stand-in for it)
+    packed, pack_weight, real_open = [], prepacked_linear.pack_weight, open
     monkeypatch.setattr(prepacked_linear, "pack_weight", lambda weight: packed.append(weight) or pack_weight(weight))
-    monkeypatch.setattr(prepacked_linear.platform, "processor", lambda: "")
-    monkeypatch.setattr(prepacked_linear, "cpu_vendor", lambda: cpu_vendor.__wrapped__(str(cpuinfo)))
-    assert prepacked_linear.cpu_vendor() == vendor
-    model = generating_model()
-    assert_same_generation(generated(model), plain_linear_generated(model))
-    assert bool(packed) is pays
+    stand_in = tmp_path / "cpuinfo"
+    if cpuinfo is not None:
+        stand_in.write_text(cpuinfo)
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(stand_in if path == "/proc/cpuinfo" else path,
+                                                                          *a, **k))
+    monkeypatch.setattr(prepacked_linear.platform, "processor", lambda: processor)
+    prepacked_linear.cpu_vendor.cache_clear()
+    try:
+        assert ("AuthenticAMD" in prepacked_linear.cpu_vendor()) is pays
+        model = generating_model()
+        assert_same_generation(generated(model), plain_linear_generated(model))
+        assert bool(packed) is pays
+    finally:
+        prepacked_linear.cpu_vendor.cache_clear()  # the next call reads the real machine again
+
+
+def test_the_real_cpu_vendor_is_read_from_the_system():
+    try:
+        cpuinfo = open("/proc/cpuinfo").read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if "vendor_id" not in cpuinfo:
+        pytest.skip("this system's /proc/cpuinfo names no vendor")
+    assert f"vendor_id\t: {cpu_vendor.__wrapped__()}\n" in cpuinfo

@@ -36,7 +36,7 @@ from modeling.arguments import ConfigurationError, mixed_precision, parse_argume
 from modeling.checkpoints import average_checkpoints, last_checkpoints
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
-from modeling.model_card import record_evaluation
+from modeling.model_card import card_data, hub_dataset_id, record_evaluation
 from modeling.schedule import noam_learning_rate
 from modeling.tokenization import train_tokenizer
 from modeling.training import cpu_threads_per_process, setup_training, train
@@ -148,6 +148,19 @@ def test_the_model_card_names_the_optimizer_and_schedule_that_ran(tmp_path, extr
     text = (tmp_path / "out" / "README.md").read_text()
     assert f"| optimizer | {optimizer} |" in text
     assert f"| learning-rate schedule | {schedule} |" in text
+
+
+def test_the_cards_hub_datasets_entry_is_only_a_hub_dataset_id(tmp_path, monkeypatch):
+    """The Hub links `datasets:` entries; a local dataset folder keeps its name in model-index only."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local_ds").mkdir()
+    assert [hub_dataset_id(name) for name in ("wmt14", "bentrevett/multi30k", "local_ds", str(tmp_path), None)] == [
+        "wmt14", "bentrevett/multi30k", None, None, None]
+    row = {"split": "test", "bleu": 30.0, "chrf": 55.0}
+    card = card_data("m", [row], dataset_id="wmt14", hub_dataset=hub_dataset_id("wmt14"))
+    assert card.datasets == ["wmt14"] and {r.dataset_type for r in card.eval_results} == {"wmt14"}
+    local = card_data("m", [row], dataset_id="local_ds", hub_dataset=hub_dataset_id("local_ds"))
+    assert local.datasets is None and {r.dataset_type for r in local.eval_results} == {"local_ds"}
 
 
 def test_model_card_template_fields_must_all_be_given():
