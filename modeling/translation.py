@@ -35,6 +35,15 @@ WEIGHTS_FILES = (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # one file, or the index of 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CTRANSLATE2_MODEL_FILE = "model.bin"
+
+# generate()'s settings a saved generation_config.json may hold whose type transformers does not check on loading (a
+# string or fraction there ends deep in generate() as a bare TypeError, or is used as it is)
+GENERATION_INTEGERS = (
+    "max_length", "max_new_tokens", "min_length", "min_new_tokens", "num_beams", "num_return_sequences", "top_k",
+    "no_repeat_ngram_size", "bos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
+)
+GENERATION_NUMBERS = ("length_penalty", "temperature", "top_p", "repetition_penalty")
+GENERATION_TOKEN_LISTS = ("eos_token_id", "forced_eos_token_id")  # an id or a list of ids
 ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through transformers, or its CTranslate2 export
 
 
@@ -66,6 +75,7 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
                 raise ValueError(f"{path / name} is not a JSON object of configuration values: the file is corrupt")
     if (path / "generation_config.json").is_file():
         try:  # its values are checked when the model loads, where a wrong type is a bare TypeError
+            check_generation_values(json.loads((path / "generation_config.json").read_text(encoding="utf-8")))
             GenerationConfig.from_pretrained(path)
         except (TypeError, ValueError) as error:
             message = f"{path / 'generation_config.json'} holds a value generate() cannot use: {error}"
@@ -75,6 +85,24 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
             hint = f"it holds a CTranslate2 export ({CTRANSLATE2_MODEL_FILE}): add --engine ctranslate2"
         raise FileNotFoundError(f"{model_name_or_path} holds no weights ({' or '.join(WEIGHTS_FILES)}): {hint}")
     _check_tokenizer_files(path, hint)
+
+
+def check_generation_values(values: dict) -> None:
+    """TypeError naming the first of generate()'s integer, number or token-id settings in `values` (a saved generation
+    config) that has another type; None (unset) is allowed."""
+
+    def is_integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    expected = {
+        **dict.fromkeys(GENERATION_INTEGERS, ("an integer", is_integer)),
+        **dict.fromkeys(GENERATION_NUMBERS, ("a number", lambda value: is_integer(value) or isinstance(value, float))),
+        **dict.fromkeys(GENERATION_TOKEN_LISTS, ("a token id or a list of them", lambda value: is_integer(value) or (
+            isinstance(value, list) and bool(value) and all(map(is_integer, value))))),
+    }
+    for name, (kind, valid) in expected.items():
+        if values.get(name) is not None and not valid(values[name]):
+            raise TypeError(f"{name} must be {kind}, got {values[name]!r}")
 
 
 def check_ctranslate2_folder(model_dir: str | os.PathLike) -> None:

@@ -278,7 +278,8 @@ def test_model_files_that_load_but_do_not_fit_are_named_without_a_traceback(mode
         "config.json": (lambda config: {**config, "d_model": config["d_model"] * 2},
                         r"its weights do not have the shapes its config\.json describes .*was config\.json edited\?"),
         "generation_config.json": (lambda config: {**config, "max_new_tokens": "abc"},
-                                   r"generation_config\.json holds a value generate\(\) cannot use: .*not supported"),
+                                   r"generation_config\.json holds a value generate\(\) cannot use: max_new_tokens "
+                                   r"must be an integer, got 'abc'"),
         "tokenizer.json": (None, r"its tokenizer files \(tokenizer\.json, tokenizer_config\.json\) cannot be read"),
     }
     for name, (change, message) in cases.items():
@@ -293,6 +294,29 @@ def test_model_files_that_load_but_do_not_fit_are_named_without_a_traceback(mode
         assert exit_info.value.code == 2 and "Traceback" not in stderr, stderr
         last_line = stderr.splitlines()[-1]
         assert last_line.startswith("translate.py: error: ") and re.search(message, last_line), (name, stderr)
+
+
+@pytest.mark.parametrize("setting, value, kind", [
+    ("num_beams", "x", "an integer"), ("num_beams", 2.5, "an integer"), ("max_new_tokens", 1.5, "an integer"),
+    ("num_beams", True, "an integer"), ("length_penalty", "x", "a number"),
+    ("eos_token_id", "x", "a token id or a list of them"), ("eos_token_id", [2, "x"], "a token id or a list of them"),
+])
+def test_a_generation_setting_of_the_wrong_type_is_named_in_one_line(setting, value, kind, model_dir, tmp_path,
+                                                                      monkeypatch, capsys):
+    """transformers loads these unchecked; generate() would end in a bare TypeError or use a fraction as it is."""
+    changed = tmp_path / "model"
+    shutil.copytree(model_dir, changed)
+    saved = json.loads((model_dir / "generation_config.json").read_text())
+    (changed / "generation_config.json").write_text(json.dumps({**saved, setting: value}))
+    (tmp_path / "earlier.txt").write_text("kept\n")
+    monkeypatch.setattr(sys, "argv", ["translate.py", str(changed), "1 2", "--num_beams", "2", "--output",
+                                      str(tmp_path / "earlier.txt")])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO_ROOT / "scripts" / "translate.py"), run_name="__main__")
+    assert exit_info.value.code == 2
+    message = f"generation_config.json holds a value generate() cannot use: {setting} must be {kind}, got {value!r}"
+    assert_one_line_error(capsys.readouterr().err, "translate.py", re.escape(message))
+    assert (tmp_path / "earlier.txt").read_text() == "kept\n"
 
 
 @pytest.mark.parametrize("config, message", [
