@@ -65,17 +65,18 @@ def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
     hint = "give the output_dir of scripts/train.py (or a checkpoint-<step> folder inside it)"
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{model_name_or_path} holds no config.json: {hint}")
+    saved = {}
     for name in ("config.json", "generation_config.json"):  # transformers ignores a corrupt generation config
         if name == "config.json" or (path / name).is_file():
             try:
-                values = json.loads((path / name).read_text(encoding="utf-8"))
+                saved[name] = json.loads((path / name).read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError):
-                values = None
-            if not isinstance(values, dict):
+                saved[name] = None
+            if not isinstance(saved[name], dict):
                 raise ValueError(f"{path / name} is not a JSON object of configuration values: the file is corrupt")
-    if (path / "generation_config.json").is_file():
+    if "generation_config.json" in saved:
         try:  # its values are checked when the model loads, where a wrong type is a bare TypeError
-            check_generation_values(json.loads((path / "generation_config.json").read_text(encoding="utf-8")))
+            check_generation_values(saved["generation_config.json"])
             GenerationConfig.from_pretrained(path)
         except (TypeError, ValueError) as error:
             message = f"{path / 'generation_config.json'} holds a value generate() cannot use: {error}"
