@@ -71,6 +71,11 @@ def hub_dataset_id(dataset_name: str | None) -> str | None:
     return None if not dataset_name or Path(dataset_name).exists() else dataset_name
 
 
+def corpus_id(data_dir: str | os.PathLike) -> str:
+    """How a card names a local corpus (`--data_dir`), in training and in evaluation: its folder's name."""
+    return Path(data_dir).resolve().name
+
+
 def _task_name(source_lang: str | None, target_lang: str | None) -> str:
     return f"Translation {source_lang}-{target_lang}" if source_lang and target_lang else "Sequence transduction"
 
@@ -138,7 +143,7 @@ def model_card_context(
     synthetic = task is not None
     dataset_id = (
         f"synthetic-{task}" if synthetic
-        else data_args.dataset_name or Path(data_args.data_dir).resolve().name
+        else data_args.dataset_name or corpus_id(data_args.data_dir)
     )
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     parameters = trainer.model.num_parameters()
@@ -302,13 +307,14 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
         "```",
         "",
     ])
-    text = card.read_text(encoding="utf-8") if card.is_file() else f"# {model_dir.resolve().name}\n"
+    folder_name = model_dir.resolve().name
+    text = card.read_text(encoding="utf-8") if card.is_file() else f"# {folder_name}\n"
     earlier = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     if earlier.search(text):
         text = earlier.sub(lambda _: section + "\n", text, count=1).rstrip("\n") + "\n"
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    card.write_text(_with_evaluation_metadata(text, results, model_dir.resolve().name), encoding="utf-8")
+    card.write_text(_with_evaluation_metadata(text, results, folder_name), encoding="utf-8")
     return card
 
 
@@ -323,7 +329,7 @@ def _with_evaluation_metadata(text: str, results: Mapping, model_name: str) -> s
     data = card.data
     known = (data.eval_results or [None])[0]
     test_set = results.get("test_set") or {}
-    dataset = Path(test_set["data_dir"]).resolve().name if test_set.get("data_dir") else "custom"
+    dataset = corpus_id(test_set["data_dir"]) if test_set.get("data_dir") else "custom"
     task_name = known.task_name if known else _task_name(test_set.get("source_lang"), test_set.get("target_lang"))
     evaluation = _eval_results(results, task_name, dataset, dataset, metric_config=f"beam {results['num_beams']}")
     kept = [old for old in data.eval_results or [] if not any(old.is_equal_except_value(new) for new in evaluation)]
