@@ -39,6 +39,13 @@ TRAINER_STATE_NAME = "trainer_state.json"
 # uploaded to the Hub.
 TRAINING_STATE_FILES = (TRAINER_STATE_NAME, "training_args.bin")
 TRAINING_STATE_PREFIXES = ("optimizer", "scheduler", "scaler", "rng_state", "pytorch_model_fsdp")
+# The states every Trainer checkpoint holds (file-name prefix, the single-process file, what it is); with several
+# processes rng_state_<rank>.pth, under FSDP optimizer.bin or optimizer_0/.
+RESUMED_STATES = (
+    ("optimizer", "optimizer.pt", "the optimizer's state"),
+    ("scheduler", "scheduler.pt", "the learning-rate schedule's state"),
+    ("rng_state", "rng_state.pth", "the random generators' state"),
+)
 # The config fields that fix the model's weights and what they mean: a checkpoint to resume or to average with
 # another must agree on every one.
 ARCHITECTURE_FIELDS = (
@@ -98,26 +105,30 @@ def kept_best_checkpoint(checkpoint: Path) -> str | None:
 
 def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
     """Why a Trainer checkpoint folder cannot be resumed from (None if it can). The Trainer writes the weights first
-    and `trainer_state.json` last, so a save cut short (kill -9, a full disk) lacks the state or has a short file."""
+    and `trainer_state.json` last, so a save cut short (kill -9, a full disk) lacks the state or has a short file.
+    A checkpoint lacking one of its training states is refused too: the Trainer would silently start that state
+    afresh (without `scheduler.pt` it loads no optimizer state either, and the schedule's warmup restarts)."""
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         return "not a folder" if checkpoint.exists() else "no such folder"
-    state = checkpoint / TRAINER_STATE_NAME
-    if not state.is_file():
-        return f"no {TRAINER_STATE_NAME} (its save did not finish)"
-    try:
-        json.loads(state.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return f"{TRAINER_STATE_NAME} is not valid JSON (its save did not finish)"
-    if not any(path.name.startswith("optimizer") for path in checkpoint.iterdir()):
+    if (problem := _json_object_problem(checkpoint / TRAINER_STATE_NAME)) is not None:
+        return f"{problem} (its save did not finish)"
+    names = [path.name for path in checkpoint.iterdir()]
+    missing = [f"{name} ({what})" for prefix, name, what in RESUMED_STATES
+               if not any(entry.startswith(prefix) for entry in names)]
+    if len(missing) == len(RESUMED_STATES):
         # a run's folder has the best model and trainer_state.json too, but no optimizer, schedule or RNG state
-        return ("no optimizer state: a model folder, not a Trainer checkpoint (resume from one of its checkpoint-* "
-                "folders)")
+        return ("no optimizer, schedule or RNG state: a model folder, not a Trainer checkpoint (resume from one of "
+                "its checkpoint-* folders)")
+    if missing:
+        return f"no {' and no '.join(missing)}: resuming would start {'it' if len(missing) == 1 else 'them'} afresh"
     for path in sorted(checkpoint.iterdir()):  # optimizer, scheduler, RNG state: torch.save's zip files, CRC-checked
         saved_by_torch = path.suffix in (".pt", ".pth", ".bin")
         if path.is_file() and path.name.startswith(TRAINING_STATE_PREFIXES) and saved_by_torch:
             if not zipfile.is_zipfile(path) or _corrupt_member(path) is not None:
                 return f"{path.name} is truncated or corrupt (not a complete torch.save file)"
+    if (problem := _json_object_problem(checkpoint / "config.json")) is not None:
+        return problem
     return weights_problem(checkpoint)
 
 
@@ -143,15 +154,29 @@ def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 def json_object(path: Path) -> dict:
     """The JSON object in `path`, or a ValueError naming the file when it is missing, not JSON, or not an object."""
+    value, problem = _read_json_object(path)
+    if problem == "missing":
+        raise ValueError(f"{path} is missing: not a complete model checkpoint")
+    if problem is not None:
+        raise ValueError(f"{path} {problem}: the checkpoint is damaged")
+    return value
+
+
+def _json_object_problem(path: Path) -> str | None:
+    """Why `path` is not a file holding a JSON object, in a few words naming it; None if it is one."""
+    problem = _read_json_object(path)[1]
+    return None if problem is None else f"no {path.name}" if problem == "missing" else f"{path.name} {problem}"
+
+
+def _read_json_object(path: Path) -> tuple[dict | None, str | None]:
+    """(the JSON object in `path`, None), or (None, "missing" / "is not valid JSON" / "holds no JSON object")."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path} is missing: not a complete model checkpoint") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}): the checkpoint is damaged") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} holds no JSON object: the checkpoint is damaged")
-    return value
+    except (FileNotFoundError, IsADirectoryError):
+        return None, "missing"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, "is not valid JSON"
+    return (value, None) if isinstance(value, dict) else (None, "holds no JSON object")
 
 
 def refuse_mismatched_checkpoints(checkpoints: Sequence[Path]) -> None:

@@ -11,7 +11,6 @@ the data, and writes nothing into output_dir until every check has passed: a bad
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -40,6 +39,7 @@ from .checkpoints import (
     checkpoint_problem,
     checkpoint_step,
     holds_model,
+    json_object,
     list_checkpoints,
 )
 from .data import load_parallel_corpus, prepare_pairs
@@ -76,6 +76,7 @@ def resolve_checkpoint(training_args) -> str | None:
         raise ConfigurationError(
             f"--resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}"
             + (f" (incomplete: {', '.join(path.name for path in checkpoints)})" if checkpoints else "")
+            + "; start the run again with --overwrite_output_dir, or in a new folder"
         )
     problem = checkpoint_problem(value)
     if problem is not None:
@@ -86,7 +87,7 @@ def resolve_checkpoint(training_args) -> str | None:
 def refuse_other_architecture(checkpoint: str, config) -> None:
     """Refuse to resume a checkpoint whose model has other sizes than the arguments ask for (its weights would not
     fit; the Trainer failed with a size-mismatch traceback)."""
-    saved = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    saved = json_object(Path(checkpoint) / "config.json")
     differences = [f"{name} {saved.get(name)} there, {getattr(config, name)} here" for name in ARCHITECTURE_FIELDS
                    if saved.get(name) != getattr(config, name)]
     if differences:
@@ -99,7 +100,7 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
 def refuse_finished_run(checkpoint: str, training_args) -> None:
     """Refuse to resume from a checkpoint that already reached the end this run asks for (--max_steps, else
     --num_train_epochs): the Trainer would take one more step anyway and replace the run's final model."""
-    state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+    state = json_object(Path(checkpoint) / TRAINER_STATE_NAME)
     step, epoch = state.get("global_step", 0), state.get("epoch") or 0
     if training_args.max_steps > 0:
         if step < training_args.max_steps:
@@ -128,9 +129,15 @@ def warn_of_later_checkpoints(checkpoint: str) -> None:
                        "steps, and the run's final model too", checkpoint.name, ", ".join(later))
 
 
+# What a run writes into its output_dir before its first checkpoint: the tokenizer it trained.
+RUN_START_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
 def holds_run(directory: Path) -> bool:
-    """Whether `directory` holds a training run: its model, its trainer state or its checkpoints."""
-    return holds_model(directory) or (directory / TRAINER_STATE_NAME).is_file() or bool(list_checkpoints(directory))
+    """Whether `directory` holds a training run: its model, its trainer state, its checkpoints, or the tokenizer a
+    run writes first (a run stopped before its first checkpoint)."""
+    return (holds_model(directory) or (directory / TRAINER_STATE_NAME).is_file() or bool(list_checkpoints(directory))
+            or all((directory / name).is_file() for name in RUN_START_FILES))
 
 
 def continues_in_place(training_args, checkpoint: str | None) -> bool:
@@ -166,6 +173,13 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
             f"--output_dir {output_dir} already holds other files ({shown}), and --resume_from_checkpoint {checkpoint} "
             "is not one of its checkpoints: continue that run into a new folder, or into its own"
         )
+    if not holds_run(output_dir):
+        raise ConfigurationError(f"--output_dir {output_dir} holds other files ({shown}); choose a new or empty folder")
+    if not list_checkpoints(output_dir) and not holds_model(output_dir):
+        raise ConfigurationError(
+            f"--output_dir {output_dir} holds the start of an earlier run that saved no checkpoint ({shown}); choose "
+            "a new folder, or start again there with --overwrite_output_dir"
+        )
     raise ConfigurationError(
         f"--output_dir {output_dir} already holds an earlier run ({shown}); choose a new folder, continue it with "
         "--resume_from_checkpoint last, or replace it with --overwrite_output_dir"
@@ -189,6 +203,8 @@ def check_token_budget(train_dataset, training_args) -> None:
 
 
 def load_corpus(data_args: DataArguments):
+    """The corpus of --data_dir or --dataset_name, each split cut to its --max_*_samples, and each split's size before
+    that cut: (corpus, {split: pairs in the corpus})."""
     flag, data = ("--data_dir", data_args.data_dir) if data_args.data_dir is not None else (
         "--dataset_name", data_args.dataset_name)
     try:
@@ -202,11 +218,12 @@ def load_corpus(data_args: DataArguments):
     if "train" not in corpus:
         raise ConfigurationError(f"{flag} {data}: the corpus has no train split (it has {list(corpus)})")
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    sizes = {split: len(corpus[split]) for split in corpus}
     for split in corpus:  # every other split is a test set (test, or test_2016 and test_2017, ...)
         limit = limits.get(split, data_args.max_test_samples)
         if limit is not None and len(corpus[split]) > limit:
             corpus[split] = corpus[split].select(range(limit))
-    return corpus
+    return corpus, sizes
 
 
 def get_tokenizer(
@@ -325,7 +342,7 @@ def setup_training(
     if training_args.disable_tqdm:
         datasets.disable_progress_bars()  # `datasets`' own bars (map, filter) too, not only the Trainer's
 
-    corpus = load_corpus(data_args)
+    corpus, corpus_sizes = load_corpus(data_args)
     has_validation = "validation" in corpus
     if training_args.eval_strategy != "no" and not has_validation:
         raise ConfigurationError(
@@ -349,6 +366,8 @@ def setup_training(
                 "scripts/train.py does not support"
             )
         corpus, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length)
+        for split, report in filter_report.items():  # "total": the pairs filtered, after any --max_*_samples cut
+            report["in_corpus"] = corpus_sizes[split]
         for split in corpus:
             if len(corpus[split]) == 0:
                 too_long = filter_report[split].get("too_long", 0) > 0

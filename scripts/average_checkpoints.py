@@ -1,4 +1,4 @@
-"""Average checkpoint weights into one model (§6.1; fairseq's scripts/average_checkpoints.py).
+r"""Average checkpoint weights into one model (§6.1; fairseq's scripts/average_checkpoints.py).
 
     python scripts/average_checkpoints.py outputs/run --last 5 --output_dir outputs/run-avg5
     python scripts/average_checkpoints.py --checkpoints outputs/run/checkpoint-900 outputs/run/checkpoint-1000 \

@@ -4,6 +4,7 @@ skipped when resuming, a run killed with SIGKILL resumes to the same weights as 
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,6 +143,60 @@ def test_incomplete_checkpoints_are_skipped_with_a_warning_naming_them(earlier_r
         explicit = SimpleNamespace(resume_from_checkpoint=str(folder / name), output_dir=str(folder))
         with pytest.raises(ConfigurationError, match=f"{name} cannot be resumed from: .*{message}"):
             resolve_checkpoint(explicit)
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("rm scheduler.pt", r"no scheduler.pt \(the learning-rate schedule's state\): resuming would start it afresh"),
+    ("rm rng_state.pth", r"no rng_state.pth \(the random generators' state\)"),
+    ("rm optimizer.pt", r"no optimizer.pt \(the optimizer's state\)"),
+    ("garble config.json", r"config.json is not valid JSON"),
+    ("rm config.json", r"no config.json"),
+    ("list config.json", r"config.json holds no JSON object"),
+    ("list trainer_state.json", r"trainer_state.json holds no JSON object"),
+])
+def test_a_checkpoint_missing_a_state_or_with_a_damaged_config_is_skipped_or_refused(earlier_run, tmp_path, caplog,
+                                                                                       damage, message):
+    # Without scheduler.pt the Trainer loads no optimizer state either and restarts the warmup, without rng_state.pth
+    # it resumes with other random numbers: silently, so such a checkpoint is as unusable as a truncated one.
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    action, name = damage.split()
+    damaged = folder / "checkpoint-8" / name
+    {"rm": damaged.unlink, "garble": lambda: damaged.write_text("garbage{"),
+     "list": lambda: damaged.write_text("[]")}[action]()
+    assert resolve_checkpoint(SimpleNamespace(resume_from_checkpoint="last", output_dir=str(folder))) == str(
+        folder / "checkpoint-4"
+    )
+    assert re.search(f"Skipping the incomplete checkpoint .*checkpoint-8: {message}", caplog.text)
+    explicit = SimpleNamespace(resume_from_checkpoint=str(folder / "checkpoint-8"), output_dir=str(folder))
+    with pytest.raises(ConfigurationError, match=f"checkpoint-8 cannot be resumed from: {message}"):
+        resolve_checkpoint(explicit)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(earlier_run, tmp_path):
+    folder = tmp_path / "run"  # what a run killed before its first save leaves: its tokenizer and its logs
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((earlier_run / name).read_bytes())
+    (folder / "runs").mkdir()
+    with pytest.raises(ConfigurationError, match=r"holds the start of an earlier run that saved no checkpoint \(runs, "
+                                                 r"tokenizer.json, tokenizer_config.json\); .*--overwrite_output_dir"):
+        run(folder, "--max_steps", "2")
+    with pytest.raises(ConfigurationError, match=r"no complete checkpoint-\* folder in .*; start the run again with "
+                                                 r"--overwrite_output_dir"):
+        run(folder, "--max_steps", "2", "--resume_from_checkpoint", "last")
+    run(folder, "--max_steps", "2", "--save_steps", "2", "--overwrite_output_dir", "true")
+    assert (folder / "checkpoint-2" / "trainer_state.json").is_file() and not (folder / "runs").exists()
+
+
+def test_a_folder_of_other_files_is_refused_without_suggesting_to_replace_it(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "README.md").write_text("my notes")
+    with pytest.raises(ConfigurationError, match=r"notes holds other files \(README.md\); choose a new or empty "
+                                                 r"folder$"):
+        run(folder, "--max_steps", "2")
+    assert [path.name for path in folder.iterdir()] == ["README.md"]
 
 
 def test_no_complete_checkpoint_is_a_clear_error(tmp_path):

@@ -131,7 +131,9 @@ def test_model_card_is_filled(ddp_run):
     assert bleu.metric_value == pytest.approx(results["eval_bleu"])
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in text  # the sacreBLEU signature
     assert "accelerate launch --multi_gpu --num_processes 2 scripts/train.py" in text
-    assert "| d_model | 64 |" in text and "Noam (§5.3)" in text and "| validation | 7 |" in text
+    assert "| d_model | 64 |" in text and "Noam (§5.3)" in text
+    in_corpus = len(synthetic_task_dataset()["validation"])  # --max_eval_samples selected 7 of them
+    assert f"| validation | 7 | {in_corpus} | {in_corpus - 7} | 0 | 0 |" in text
     minutes = results["train_runtime"] / 60
     assert f"| training time | {minutes:,.1f} min ({results['train_runtime']:,.0f} s) |" in text
     assert re.search(r"\| hardware \| .+: 2 process\(es\) on cpu \(MULTI_CPU, fp32, 1 thread\(s\)\) \|", text)
@@ -342,7 +344,7 @@ def test_resuming_from_the_wrong_place_or_into_another_folder_is_refused_and_cha
     common = ["--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "64", "--max_tokens", "128",
               "--max_eval_samples", "4", "--max_test_samples", "4", "--max_steps", "20"]
     # the run folder holds the best model and trainer_state.json, but no optimizer, schedule or RNG state
-    with pytest.raises(ConfigurationError, match=r"cannot be resumed from: no optimizer state: a model folder, not a "
+    with pytest.raises(ConfigurationError, match=r"cannot be resumed from: no optimizer, schedule or RNG state: a model folder, not a "
                                                  r"Trainer checkpoint"):
         run_in_process(straight, *common, "--resume_from_checkpoint", str(straight))
     with pytest.raises(ConfigurationError, match=r"checkpoint-99 cannot be resumed from: no such folder"):
