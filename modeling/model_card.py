@@ -134,7 +134,7 @@ def model_card_context(
     command, training_seconds: float | None = None,
 ) -> dict:
     """Every field `model_card.md` uses, from a finished training run: the architecture and hyperparameters as
-    trained (with the hardware and `training_seconds`, the Trainer's train_runtime), the data and its filtering, the
+    trained (with the hardware and `training_seconds`, across resumptions), the data and its filtering, the
     results with their sacreBLEU signatures, and the exact command."""
     config = trainer.model.config
     output_dir = Path(training_args.output_dir)

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import time
 from functools import partial
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import seed_worker
 
 from .arguments import TransformerTrainingArguments
 from .batching import TokenBudgetBatchSampler, token_lengths
+from .checkpoints import TRAINER_STATE_NAME, json_object
 from .schedule import NOAM, get_noam_schedule
 
 
@@ -51,6 +56,33 @@ class _SetSamplerEpoch(TrainerCallback):
     def on_epoch_begin(self, args, state, control, **kwargs):
         # At an epoch's start `state.epoch` is the number of epochs done, plus the fraction of the resumed one.
         self.sampler.set_epoch(math.floor(state.epoch or 0))
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """The training time of a run across its resumptions: the Trainer's `train_runtime` covers only the current
+    launch. Every checkpoint's trainer_state.json records the seconds trained up to its save (`stateful_callbacks`),
+    and a resumed run starts from them (`from_checkpoint`); time spent after a checkpoint that a crash discarded
+    is not counted, as its steps are trained again."""
+
+    def __init__(self, seconds_before: float = 0.0):
+        self.seconds_before = seconds_before  # trained before this launch
+        self._started = time.time()  # reset when training begins
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | os.PathLike | None) -> "TrainingClock":
+        """A clock going on from `checkpoint`'s record (from 0 without a checkpoint or a record in it)."""
+        if checkpoint is None:
+            return cls()
+        saved = json_object(Path(checkpoint) / TRAINER_STATE_NAME).get("stateful_callbacks", {}).get(cls.__name__)
+        saved = saved[0] if isinstance(saved, list) and saved else saved
+        seconds = saved.get("args", {}).get("seconds_before") if isinstance(saved, dict) else None
+        return cls(float(seconds) if isinstance(seconds, (int, float)) else 0.0)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._started = time.time()
+
+    def state(self) -> dict:
+        return {"args": {"seconds_before": self.seconds_before + time.time() - self._started}, "attributes": {}}
 
 
 class NonFiniteLossError(RuntimeError):

@@ -47,8 +47,9 @@ from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
 from .model_card import model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from .run_lock import RUN_LOCK_NAME, RunLock
 from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
-from .trainer import TransformerSeq2SeqTrainer, token_budget_sampler
+from .trainer import TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,8 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     has passed; a folder holding no run is refused). A checkpoint from elsewhere continues into an empty or new
     folder only."""
     output_dir = Path(training_args.output_dir)
-    entries = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
+    entries = sorted(path.name for path in output_dir.iterdir() if path.name != RUN_LOCK_NAME) if output_dir.is_dir() \
+        else []
     continuing = continues_in_place(training_args, checkpoint)
     shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
     if training_args.overwrite_output_dir and entries and not continuing and not holds_run(output_dir):
@@ -314,6 +316,7 @@ class TrainingSetup:
     filter_report: dict
     checkpoint: str | None
     push_to_hub: bool
+    run_lock: RunLock | None = None  # held by the process that writes output_dir (`RunLock`); released by `train`
 
 
 def setup_training(
@@ -379,10 +382,14 @@ def setup_training(
                 )
         if training_args.max_tokens is not None:
             check_token_budget(tokenized["train"], training_args)
-        if first:  # every check passed: now the run may write
+        run_lock = RunLock(output_dir) if first else None
+        if first:  # every check passed: now the run may write, once no other run writes into output_dir
+            run_lock.acquire()
             replacing = training_args.overwrite_output_dir and not continues_in_place(training_args, checkpoint)
             if replacing and output_dir.is_dir():
                 for earlier in output_dir.iterdir():  # the whole earlier run: its checkpoints, logs, evaluations
+                    if earlier.name == RUN_LOCK_NAME:
+                        continue
                     if earlier.is_dir() and not earlier.is_symlink():
                         shutil.rmtree(earlier)
                     else:
@@ -391,20 +398,28 @@ def setup_training(
                 output_dir.mkdir(parents=True, exist_ok=True)
                 tokenizer.save_pretrained(output_dir)
 
-    model = build_model(model_args, data_args, tokenizer, training_args)
-    collator = DataCollatorForSeq2Seq(
-        tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
-    )
-    trainer = TransformerSeq2SeqTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=tokenized["train"],
-        eval_dataset=tokenized["validation"] if has_validation else None,
-        data_collator=collator,
-        processing_class=tokenizer,
-        compute_metrics=build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None,
-    )
-    return TrainingSetup(trainer, tokenizer, corpus, tokenized, filter_report, checkpoint, push_to_hub)
+    try:
+        model = build_model(model_args, data_args, tokenizer, training_args)
+        collator = DataCollatorForSeq2Seq(
+            tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
+        )
+        trainer = TransformerSeq2SeqTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=tokenized["train"],
+            eval_dataset=tokenized["validation"] if has_validation else None,
+            data_collator=collator,
+            processing_class=tokenizer,
+            callbacks=[TrainingClock.from_checkpoint(checkpoint)],
+            compute_metrics=(
+                build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None
+            ),
+        )
+    except BaseException:
+        if run_lock is not None:
+            run_lock.release()
+        raise
+    return TrainingSetup(trainer, tokenizer, corpus, tokenized, filter_report, checkpoint, push_to_hub, run_lock)
 
 
 def train(
@@ -420,57 +435,70 @@ def train(
     Returns the final metrics ({"eval_bleu": ..., "test_exact_match": ..., ...}).
     """
     setup = setup_training(model_args, data_args, training_args)
-    trainer, tokenizer, corpus, tokenized = setup.trainer, setup.tokenizer, setup.corpus, setup.tokenized
-    if trainer.is_world_process_zero():
-        model = trainer.model
-        print(
-            f"Model: preset {model_args.preset!r}, d_model {model.config.d_model}, {model.config.encoder_layers}+"
-            f"{model.config.decoder_layers} layers, {model.num_parameters():,} parameters; "
-            f"vocabulary {len(tokenizer)}; "
-            f"pairs {', '.join(f'{split} {len(corpus[split])}' for split in corpus)}; "
-            + trainer.run_description
-        )
-
-    if setup.checkpoint is not None and trainer.is_world_process_zero():
-        print(f"Resuming from {setup.checkpoint}")
-    train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
-    trainer.save_model()  # the best checkpoint's weights when load_best_model_at_end
-    trainer.save_state()
-    metrics = dict(train_result.metrics)
-    trainer.log_metrics("train", train_result.metrics)
-    trainer.save_metrics("train", train_result.metrics)
-
-    results, signatures = [], {}
-    test_sets = [split for split in tokenized if split not in ("train", "validation")]
-    for split in ["validation", *test_sets]:
-        if split not in tokenized:
-            continue
-        prefix = "eval" if split == "validation" else split
-        trainer.compute_metrics = build_compute_metrics(tokenizer, corpus[split]["target"])
-        output = trainer.predict(tokenized[split], metric_key_prefix=prefix)
-        trainer.log_metrics(prefix, output.metrics)
-        trainer.save_metrics(prefix, output.metrics)
-        metrics.update(output.metrics)
-        signatures = trainer.compute_metrics.signatures
-        scores = {key.removeprefix(f"{prefix}_"): value for key, value in output.metrics.items()}
-        results.append({"split": split, **scores})
-
-    if trainer.is_world_process_zero():
-        trainer.save_metrics("all", metrics)
-        command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
-        context = model_card_context(
-            trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
-            config_path=config_path, command=command, training_seconds=train_result.metrics.get("train_runtime"),
-        )
-        write_model_card(training_args.output_dir, context)
-        print_summary(training_args.output_dir, results, corpus)
-        if setup.push_to_hub:
-            push_folder_to_hub(
-                training_args.output_dir, training_args.hub_model_id, token=training_args.hub_token,
-                private=training_args.hub_private_repo, revision=training_args.hub_revision,
+    try:
+        trainer, tokenizer, corpus, tokenized = setup.trainer, setup.tokenizer, setup.corpus, setup.tokenized
+        if trainer.is_world_process_zero():
+            model = trainer.model
+            print(
+                f"Model: preset {model_args.preset!r}, d_model {model.config.d_model}, {model.config.encoder_layers}+"
+                f"{model.config.decoder_layers} layers, {model.num_parameters():,} parameters; "
+                f"vocabulary {len(tokenizer)}; "
+                f"pairs {', '.join(f'{split} {len(corpus[split])}' for split in corpus)}; "
+                + trainer.run_description
             )
-            print(f"Pushed {training_args.output_dir} to https://huggingface.co/{training_args.hub_model_id}")
-    return metrics
+
+        if setup.checkpoint is not None and trainer.is_world_process_zero():
+            print(f"Resuming from {setup.checkpoint}")
+        train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
+        trainer.save_model()  # the best checkpoint's weights when load_best_model_at_end
+        trainer.save_state()
+        metrics = dict(train_result.metrics)
+        trainer.log_metrics("train", train_result.metrics)
+        trainer.save_metrics("train", train_result.metrics)
+
+        results, signatures = [], {}
+        test_sets = [split for split in tokenized if split not in ("train", "validation")]
+        for split in ["validation", *test_sets]:
+            if split not in tokenized:
+                continue
+            prefix = "eval" if split == "validation" else split
+            trainer.compute_metrics = build_compute_metrics(tokenizer, corpus[split]["target"])
+            output = trainer.predict(tokenized[split], metric_key_prefix=prefix)
+            trainer.log_metrics(prefix, output.metrics)
+            trainer.save_metrics(prefix, output.metrics)
+            metrics.update(output.metrics)
+            signatures = trainer.compute_metrics.signatures
+            scores = {key.removeprefix(f"{prefix}_"): value for key, value in output.metrics.items()}
+            results.append({"split": split, **scores})
+
+        if trainer.is_world_process_zero():
+            trainer.save_metrics("all", metrics)
+            command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
+            context = model_card_context(
+                trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
+                config_path=config_path, command=command,
+                training_seconds=training_seconds(trainer, train_result.metrics),
+            )
+            write_model_card(training_args.output_dir, context)
+            print_summary(training_args.output_dir, results, corpus)
+            if setup.push_to_hub:
+                push_folder_to_hub(
+                    training_args.output_dir, training_args.hub_model_id, token=training_args.hub_token,
+                    private=training_args.hub_private_repo, revision=training_args.hub_revision,
+                )
+                print(f"Pushed {training_args.output_dir} to https://huggingface.co/{training_args.hub_model_id}")
+        return metrics
+    finally:
+        if setup.run_lock is not None:
+            setup.run_lock.release()
+
+
+def training_seconds(trainer, train_metrics: dict) -> float | None:
+    """The run's training time: this launch's `train_runtime` plus what the run trained before resuming."""
+    runtime = train_metrics.get("train_runtime")
+    clock = next((callback for callback in trainer.callback_handler.callbacks if isinstance(callback, TrainingClock)),
+                 None)
+    return None if runtime is None else runtime + (clock.seconds_before if clock is not None else 0.0)
 
 
 def print_summary(output_dir: str, results: list[dict], corpus) -> None:

@@ -18,6 +18,7 @@ from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.run_lock import RUN_LOCK_NAME, RunLock
 from modeling.trainer import NonFiniteLossError
 from modeling.training import resolve_checkpoint, train
 
@@ -109,6 +110,13 @@ def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys)
     run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
     assert f"Resuming from {folder / 'checkpoint-8'}" in capsys.readouterr().out
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 12
+    # The card's training time covers the run, not only this launch (the Trainer's train_runtime)
+    clock = json.loads((folder / "checkpoint-8" / "trainer_state.json").read_text())["stateful_callbacks"]
+    before = clock["TrainingClock"]["args"]["seconds_before"]
+    first_launch = json.loads((earlier_run / "train_results.json").read_text())["train_runtime"]
+    assert 0 < before <= first_launch
+    total = before + json.loads((folder / "train_results.json").read_text())["train_runtime"]
+    assert f"| training time | {total / 60:,.1f} min ({total:,.0f} s) |" in (folder / "README.md").read_text()
 
 
 # ---- checkpoints cut short ---------------------------------------------------------------------------------------
@@ -245,6 +253,50 @@ def test_a_run_killed_mid_interval_resumes_to_the_weights_of_an_uninterrupted_ru
     assert set(resumed) == set(expected)
     for name in expected:
         assert torch.equal(resumed[name], expected[name]), name
+
+
+# ---- two runs writing into one folder ----------------------------------------------------------------------------
+
+
+def test_the_run_lock_refuses_a_second_holder_and_a_lock_file_left_behind_blocks_nothing(tmp_path):
+    first, second = RunLock(tmp_path / "run"), RunLock(tmp_path / "run")
+    first.acquire()
+    with pytest.raises(ConfigurationError, match=rf"run is in use: another training process \(pid {os.getpid()}\)"):
+        second.acquire()
+    first.release()
+    assert not (tmp_path / "run" / RUN_LOCK_NAME).exists()
+    second.acquire()  # free again
+    second._file.close()  # as a killed process leaves it: the file stays, the lock goes with the process
+    second._file = None
+    assert (tmp_path / "run" / RUN_LOCK_NAME).exists()
+    first.acquire()
+    first.release()
+
+
+def test_a_run_still_training_into_a_folder_keeps_a_second_run_out_of_it(tmp_path):
+    # killing `accelerate launch` alone leaves its training process running; resuming into its folder meanwhile
+    # would have two processes write the same checkpoints
+    folder = tmp_path / "run"
+    process = start_training(folder, "--cpu_threads", "1", "--max_steps", "100000")
+    try:
+        deadline = time.monotonic() + 600
+        while not (folder / "checkpoint-4" / "trainer_state.json").is_file():
+            assert process.poll() is None, process.stderr.read()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(ConfigurationError, match=rf"run is in use: another training process \(pid "
+                                                     rf"{process.pid}\) is writing into it"):
+            run(folder, *KILL_RUN[len(SMALL):], "--cpu_threads", "1", "--resume_from_checkpoint", "last")
+        assert process.poll() is None  # the refused run left the running one alone
+    finally:
+        process.kill()
+        process.wait()
+    assert (folder / RUN_LOCK_NAME).exists()  # left behind by the killed run: it blocks nothing
+    step = max(int(path.name.split("-")[1]) for path in folder.glob("checkpoint-*"))
+    run(folder, *KILL_RUN[len(SMALL):], "--cpu_threads", "1", "--resume_from_checkpoint", "last",
+        "--max_steps", str(step + 2))
+    assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == step + 2
+    assert not (folder / RUN_LOCK_NAME).exists()  # released by the run that finished
 
 
 # ---- a loss that becomes NaN -------------------------------------------------------------------------------------

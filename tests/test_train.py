@@ -344,8 +344,8 @@ def test_resuming_from_the_wrong_place_or_into_another_folder_is_refused_and_cha
     common = ["--eval_strategy", "no", "--save_steps", "6", "--max_train_samples", "64", "--max_tokens", "128",
               "--max_eval_samples", "4", "--max_test_samples", "4", "--max_steps", "20"]
     # the run folder holds the best model and trainer_state.json, but no optimizer, schedule or RNG state
-    with pytest.raises(ConfigurationError, match=r"cannot be resumed from: no optimizer, schedule or RNG state: a model folder, not a "
-                                                 r"Trainer checkpoint"):
+    with pytest.raises(ConfigurationError, match=r"cannot be resumed from: no optimizer, schedule or RNG state: a "
+                                                 r"model folder, not a Trainer checkpoint"):
         run_in_process(straight, *common, "--resume_from_checkpoint", str(straight))
     with pytest.raises(ConfigurationError, match=r"checkpoint-99 cannot be resumed from: no such folder"):
         run_in_process(straight, *common, "--resume_from_checkpoint", str(straight / "checkpoint-99"))

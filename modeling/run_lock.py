@@ -1,0 +1,60 @@
+"""One training run per output_dir at a time.
+
+The run's first process holds an exclusive advisory lock (`fcntl.flock`) on `output_dir/.training.lock` from its
+first write into the folder until it returns. The operating system releases the lock when the process ends, however
+it ends (`kill -9` included), so a lock file left behind never blocks a later run. While a run holds it, a second run
+into the same folder is refused before it writes anything: for instance one resumed while the first still trains
+(killing the `accelerate launch` process alone leaves its training process running), which would otherwise write the
+same checkpoints at the same time. Where `fcntl` does not exist (Windows) nothing is locked.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+from .arguments import ConfigurationError
+
+RUN_LOCK_NAME = ".training.lock"
+
+
+class RunLock:
+    """The lock of one output_dir: `acquire()` takes it (creating the folder) or refuses with `ConfigurationError`
+    naming the process that holds it; `release()` gives it back and removes the file."""
+
+    def __init__(self, output_dir: str | os.PathLike):
+        self.path = Path(output_dir) / RUN_LOCK_NAME
+        self._file = None
+
+    def acquire(self) -> None:
+        if fcntl is None or self._file is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "unknown"
+            lock_file.close()
+            raise ConfigurationError(
+                f"--output_dir {self.path.parent} is in use: another training process (pid {holder}) is writing into "
+                "it; wait for it to end or stop it (kill its process group: killing `accelerate launch` alone leaves "
+                "the training process running)"
+            ) from None
+        lock_file.truncate(0)
+        lock_file.write(f"{os.getpid()}\n")
+        lock_file.flush()
+        self._file = lock_file
+
+    def release(self) -> None:
+        if self._file is None:
+            return
+        self.path.unlink(missing_ok=True)
+        self._file.close()  # closing gives the lock back
+        self._file = None
