@@ -303,6 +303,13 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             value = getattr(self, name)
             if value is not None and value < minimum:
                 raise ValueError(f"--{name} must be at least {minimum}, got {value}.")
+        for name in ("logging_steps", "save_steps", "eval_steps"):  # steps, or below 1 a fraction of the run
+            value = getattr(self, name)
+            if value is not None and (value < 0 or value == 0 and name != "eval_steps"):  # eval 0: logging_steps
+                raise ValueError(
+                    f"--{name} must be > 0 (a number of steps, or below 1 a fraction of the training steps), got "
+                    f"{value:g}."
+                )
         if self.seed >= 2**32:
             raise ValueError(f"--seed must be below 2**32, got {self.seed}.")
         strategies = [strategy.value for strategy in IntervalStrategy]

@@ -219,6 +219,15 @@ def test_max_steps_must_be_positive(tmp_path, value):
         arguments(tmp_path / "run", "--max_steps", value)
 
 
+@pytest.mark.parametrize("flag, value", [("--save_steps", "-5"), ("--eval_steps", "-3"), ("--logging_steps", "-1"),
+                                         ("--logging_steps", "0"), ("--save_steps", "0")])
+def test_negative_or_zero_intervals_are_refused(tmp_path, flag, value):
+    # transformers took --logging_steps -1 silently and refused --save_steps -5 with a message about mixing ratios
+    with pytest.raises(ConfigurationError, match=rf"{flag} must be > 0 \(a number of steps, or below 1 a fraction of "
+                                                 rf"the training steps\), got {value}\.$"):
+        arguments(tmp_path / "run", flag, value)
+
+
 # ---- kill -9 in the middle of a save interval --------------------------------------------------------------------
 
 KILL_RUN = [*SMALL, "--max_steps", "40", "--save_steps", "4", "--save_total_limit", "3", "--seed", "3"]
