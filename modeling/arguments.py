@@ -304,11 +304,11 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             if value is not None and value < minimum:
                 raise ValueError(f"--{name} must be at least {minimum}, got {value}.")
         for name in ("logging_steps", "save_steps", "eval_steps"):  # steps, or below 1 a fraction of the run
-            value = getattr(self, name)
-            if value is not None and (value < 0 or value == 0 and name != "eval_steps"):  # eval 0: logging_steps
+            value, zero = getattr(self, name), name == "eval_steps"  # --eval_steps 0: every --logging_steps
+            if value is not None and not (math.isfinite(value) and (value > 0 or zero and value == 0)):
                 raise ValueError(
-                    f"--{name} must be > 0 (a number of steps, or below 1 a fraction of the training steps), got "
-                    f"{value:g}."
+                    f"--{name} must be a finite number {'>=' if zero else '>'} 0 (steps, or below 1 a fraction of the "
+                    f"training steps{'; 0: every --logging_steps' if zero else ''}), got {value:g}."
                 )
         if self.seed >= 2**32:
             raise ValueError(f"--seed must be below 2**32, got {self.seed}.")

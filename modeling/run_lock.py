@@ -2,10 +2,12 @@
 
 The run's first process holds an exclusive advisory lock (`fcntl.flock`) on `output_dir/.training.lock` from its
 first write into the folder until it returns. The operating system releases the lock when the process ends, however
-it ends (`kill -9` included), so a lock file left behind never blocks a later run. While a run holds it, a second run
+it ends (`kill -9` included), so the file, which stays, never blocks a later run. While a run holds it, a second run
 into the same folder is refused before it writes anything: for instance one resumed while the first still trains
 (killing the `accelerate launch` process alone leaves its training process running), which would otherwise write the
-same checkpoints at the same time. Where `fcntl` does not exist (Windows) nothing is locked.
+same checkpoints at the same time. The file stays after the run (removing it while another run may be opening it
+would let two runs lock two files), and it marks the folder as one a training run wrote into (`holds_run`), even one
+stopped before it saved anything else. Where `fcntl` does not exist (Windows) nothing is locked.
 """
 
 from __future__ import annotations
@@ -24,18 +26,21 @@ RUN_LOCK_NAME = ".training.lock"
 
 
 class RunLock:
-    """The lock of one output_dir: `acquire()` takes it (creating the folder) or refuses with `ConfigurationError`
-    naming the process that holds it; `release()` gives it back and removes the file."""
+    """The lock of one output_dir: `acquire()` takes it (creating the folder and the file) or refuses with
+    `ConfigurationError` naming the process that holds it; `release()` gives it back."""
 
     def __init__(self, output_dir: str | os.PathLike):
         self.path = Path(output_dir) / RUN_LOCK_NAME
         self._file = None
 
     def acquire(self) -> None:
-        if fcntl is None or self._file is not None:
+        if self._file is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_file = open(self.path, "a+", encoding="utf-8")
+        if fcntl is None:
+            lock_file.close()  # the folder is marked, not locked
+            return
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -55,6 +60,5 @@ class RunLock:
     def release(self) -> None:
         if self._file is None:
             return
-        self.path.unlink(missing_ok=True)
         self._file.close()  # closing gives the lock back
         self._file = None

@@ -77,7 +77,8 @@ def resolve_checkpoint(training_args) -> str | None:
         raise ConfigurationError(
             f"--resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}"
             + (f" (incomplete: {', '.join(path.name for path in checkpoints)})" if checkpoints else "")
-            + "; start the run again with --overwrite_output_dir, or in a new folder"
+            + ("" if holds_model(output_dir) else "; start the run again with --overwrite_output_dir or in a new "
+               "folder")
         )
     problem = checkpoint_problem(value)
     if problem is not None:
@@ -130,15 +131,11 @@ def warn_of_later_checkpoints(checkpoint: str) -> None:
                        "steps, and the run's final model too", checkpoint.name, ", ".join(later))
 
 
-# What a run writes into its output_dir before its first checkpoint: the tokenizer it trained.
-RUN_START_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
 def holds_run(directory: Path) -> bool:
-    """Whether `directory` holds a training run: its model, its trainer state, its checkpoints, or the tokenizer a
-    run writes first (a run stopped before its first checkpoint)."""
+    """Whether `directory` holds a training run: its model, its trainer state, its checkpoints, or the lock file a
+    run writes first (`RunLock`; a run stopped before its first checkpoint)."""
     return (holds_model(directory) or (directory / TRAINER_STATE_NAME).is_file() or bool(list_checkpoints(directory))
-            or all((directory / name).is_file() for name in RUN_START_FILES))
+            or (directory / RUN_LOCK_NAME).is_file())
 
 
 def continues_in_place(training_args, checkpoint: str | None) -> bool:

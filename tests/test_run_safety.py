@@ -119,6 +119,21 @@ def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys)
     assert f"| training time | {total / 60:,.1f} min ({total:,.0f} s) |" in (folder / "README.md").read_text()
 
 
+def test_a_checkpoint_saved_before_the_training_clock_existed_resumes(earlier_run, tmp_path):
+    # the Trainer's save looked up the clock's record in the state it loaded from such a checkpoint: a KeyError at
+    # the first save after resuming, and again after every later resume
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    state_file = folder / "checkpoint-8" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    del state["stateful_callbacks"]["TrainingClock"]
+    state_file.write_text(json.dumps(state))
+    run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
+    assert json.loads((folder / "checkpoint-12" / "trainer_state.json").read_text())["global_step"] == 12
+    runtime = json.loads((folder / "train_results.json").read_text())["train_runtime"]  # the time before is unknown
+    assert f"| training time | {runtime / 60:,.1f} min ({runtime:,.0f} s) |" in (folder / "README.md").read_text()
+
+
 # ---- checkpoints cut short ---------------------------------------------------------------------------------------
 
 
@@ -182,11 +197,13 @@ def test_a_checkpoint_missing_a_state_or_with_a_damaged_config_is_skipped_or_ref
 
 
 def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(earlier_run, tmp_path):
-    folder = tmp_path / "run"  # what a run killed before its first save leaves: its tokenizer and its logs
+    # what a run killed before its first save leaves: its lock file (the first thing it writes), tokenizer and logs
+    folder = tmp_path / "run"
     folder.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (folder / name).write_bytes((earlier_run / name).read_bytes())
     (folder / "runs").mkdir()
+    (folder / RUN_LOCK_NAME).write_text("12345\n")
     with pytest.raises(ConfigurationError, match=r"holds the start of an earlier run that saved no checkpoint \(runs, "
                                                  r"tokenizer.json, tokenizer_config.json\); .*--overwrite_output_dir"):
         run(folder, "--max_steps", "2")
@@ -195,6 +212,20 @@ def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(earlier_
         run(folder, "--max_steps", "2", "--resume_from_checkpoint", "last")
     run(folder, "--max_steps", "2", "--save_steps", "2", "--overwrite_output_dir", "true")
     assert (folder / "checkpoint-2" / "trainer_state.json").is_file() and not (folder / "runs").exists()
+
+
+def test_a_users_tokenizer_folder_is_no_run_to_replace(earlier_run, tmp_path):
+    folder = tmp_path / "tokenizer"  # as train_tokenizer.py writes it: no run wrote here, nothing may be deleted
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((earlier_run / name).read_bytes())
+    with pytest.raises(ConfigurationError, match=r"--overwrite_output_dir replaces a training run, but --output_dir "
+                                                 r".*tokenizer holds none"):
+        run(folder, "--max_steps", "2", "--overwrite_output_dir", "true", "--tokenizer_name_or_path", str(folder))
+    with pytest.raises(ConfigurationError, match=r"tokenizer holds other files \(tokenizer.json, "
+                                                 r"tokenizer_config.json\); choose a new or empty folder$"):
+        run(folder, "--max_steps", "2", "--tokenizer_name_or_path", str(folder))
+    assert sorted(path.name for path in folder.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
 
 
 def test_a_folder_of_other_files_is_refused_without_suggesting_to_replace_it(tmp_path):
@@ -219,12 +250,16 @@ def test_max_steps_must_be_positive(tmp_path, value):
         arguments(tmp_path / "run", "--max_steps", value)
 
 
-@pytest.mark.parametrize("flag, value", [("--save_steps", "-5"), ("--eval_steps", "-3"), ("--logging_steps", "-1"),
-                                         ("--logging_steps", "0"), ("--save_steps", "0")])
-def test_negative_or_zero_intervals_are_refused(tmp_path, flag, value):
-    # transformers took --logging_steps -1 silently and refused --save_steps -5 with a message about mixing ratios
-    with pytest.raises(ConfigurationError, match=rf"{flag} must be > 0 \(a number of steps, or below 1 a fraction of "
-                                                 rf"the training steps\), got {value}\.$"):
+@pytest.mark.parametrize("flag, value, bound", [
+    ("--save_steps", "-5", ">"), ("--eval_steps", "-3", ">="), ("--logging_steps", "-1", ">"),
+    ("--logging_steps", "0", ">"), ("--save_steps", "0", ">"), ("--save_steps", "nan", ">"),
+    ("--logging_steps", "inf", ">"), ("--eval_steps", "nan", ">="),
+])
+def test_negative_zero_or_infinite_intervals_are_refused(tmp_path, flag, value, bound):
+    # transformers took --logging_steps -1 and --save_steps nan silently, failed on --logging_steps inf with a
+    # traceback and refused --save_steps -5 with a message about mixing ratios
+    with pytest.raises(ConfigurationError, match=rf"{flag} must be a finite number {bound} 0 \(steps, or below 1 a "
+                                                 rf"fraction of the training steps.*\), got {value}\.$"):
         arguments(tmp_path / "run", flag, value)
 
 
@@ -273,13 +308,12 @@ def test_the_run_lock_refuses_a_second_holder_and_a_lock_file_left_behind_blocks
     with pytest.raises(ConfigurationError, match=rf"run is in use: another training process \(pid {os.getpid()}\)"):
         second.acquire()
     first.release()
-    assert not (tmp_path / "run" / RUN_LOCK_NAME).exists()
     second.acquire()  # free again
-    second._file.close()  # as a killed process leaves it: the file stays, the lock goes with the process
+    second._file.close()  # as a killed process leaves it: the lock goes with the process
     second._file = None
-    assert (tmp_path / "run" / RUN_LOCK_NAME).exists()
     first.acquire()
     first.release()
+    assert (tmp_path / "run" / RUN_LOCK_NAME).read_text() == f"{os.getpid()}\n"  # stays: it marks a run's folder
 
 
 def test_a_run_still_training_into_a_folder_keeps_a_second_run_out_of_it(tmp_path):
@@ -300,12 +334,12 @@ def test_a_run_still_training_into_a_folder_keeps_a_second_run_out_of_it(tmp_pat
     finally:
         process.kill()
         process.wait()
-    assert (folder / RUN_LOCK_NAME).exists()  # left behind by the killed run: it blocks nothing
+    assert (folder / RUN_LOCK_NAME).read_text() == f"{process.pid}\n"  # left by the killed run: it blocks nothing
     step = max(int(path.name.split("-")[1]) for path in folder.glob("checkpoint-*"))
     run(folder, *KILL_RUN[len(SMALL):], "--cpu_threads", "1", "--resume_from_checkpoint", "last",
         "--max_steps", str(step + 2))
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == step + 2
-    assert not (folder / RUN_LOCK_NAME).exists()  # released by the run that finished
+    RunLock(folder).acquire()  # released by the run that finished
 
 
 # ---- a loss that becomes NaN -------------------------------------------------------------------------------------
