@@ -41,6 +41,7 @@ from .checkpoints import (
     holds_model,
     json_object,
     list_checkpoints,
+    rng_state_ranks,
 )
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
@@ -129,6 +130,16 @@ def warn_of_later_checkpoints(checkpoint: str) -> None:
     if later:
         logger.warning("Resuming from %s, older than %s in the same run: those are replaced as training reaches their "
                        "steps, and the run's final model too", checkpoint.name, ", ".join(later))
+
+
+def warn_of_another_process_count(checkpoint: str, world_size: int) -> None:
+    """Resuming with another number of processes than the checkpoint's is allowed, but the Trainer then restores no
+    random generator state (it logs that only at info level): say so."""
+    saved = len(rng_state_ranks(Path(checkpoint)))
+    if saved != world_size:
+        logger.warning("%s was saved by %d process(es) and this run has %d: the random generators' states are not "
+                       "restored, so training goes on, but not as the uninterrupted run would", checkpoint, saved,
+                       world_size)
 
 
 def holds_run(directory: Path) -> bool:
@@ -331,6 +342,7 @@ def setup_training(
         refuse_finished_run(checkpoint, training_args)
         refuse_other_architecture(checkpoint, config)
         warn_of_later_checkpoints(checkpoint)
+        warn_of_another_process_count(checkpoint, training_args.world_size)
     refuse_earlier_run(training_args, checkpoint)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes

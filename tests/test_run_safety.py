@@ -3,6 +3,7 @@ skipped when resuming, a run killed with SIGKILL resumes to the same weights as 
 `--max_steps 0` is refused."""
 
 import json
+import logging
 import os
 import re
 import signal
@@ -18,9 +19,10 @@ from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.checkpoints import checkpoint_problem
 from modeling.run_lock import RUN_LOCK_NAME, RunLock
 from modeling.trainer import NonFiniteLossError
-from modeling.training import resolve_checkpoint, train
+from modeling.training import resolve_checkpoint, train, warn_of_another_process_count
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 SMALL = [*QUICK, "--eval_strategy", "no", "--max_train_samples", "64", "--max_tokens", "128",
@@ -194,6 +196,27 @@ def test_a_checkpoint_missing_a_state_or_with_a_damaged_config_is_skipped_or_ref
     explicit = SimpleNamespace(resume_from_checkpoint=str(folder / "checkpoint-8"), output_dir=str(folder))
     with pytest.raises(ConfigurationError, match=f"checkpoint-8 cannot be resumed from: {message}"):
         resolve_checkpoint(explicit)
+
+
+def test_a_multi_process_checkpoint_missing_a_process_rng_state_is_refused_and_another_count_warned_of(
+    earlier_run, tmp_path, caplog
+):
+    checkpoint = tmp_path / "checkpoint-8"  # as 3 processes save it: rng_state_0.pth, rng_state_1.pth, ...
+    subprocess.run(["cp", "-r", str(earlier_run / "checkpoint-8"), str(checkpoint)], check=True)
+    single = checkpoint / "rng_state.pth"
+    for rank in range(3):
+        (checkpoint / f"rng_state_{rank}.pth").write_bytes(single.read_bytes())
+    single.unlink()
+    assert checkpoint_problem(checkpoint) is None
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):
+        warn_of_another_process_count(str(checkpoint), 3)
+        assert caplog.text == ""
+        warn_of_another_process_count(str(checkpoint), 1)
+    assert "checkpoint-8 was saved by 3 process(es) and this run has 1: the random generators' states are not " \
+           "restored" in caplog.text
+    (checkpoint / "rng_state_1.pth").unlink()
+    assert checkpoint_problem(checkpoint) == ("its random generators' states are incomplete (a process's file is "
+                                              "missing: expected rng_state_0.pth, rng_state_1.pth, rng_state_2.pth)")
 
 
 def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(earlier_run, tmp_path):
