@@ -96,11 +96,8 @@ def checkpoint_step(checkpoint: Path) -> int:
 
 def kept_best_checkpoint(checkpoint: Path) -> str | None:
     """The folder name of the best checkpoint as of `checkpoint` (its `trainer_state.json`), None when unknown."""
-    try:
-        best = json.loads((checkpoint / TRAINER_STATE_NAME).read_text(encoding="utf-8")).get("best_model_checkpoint")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return Path(best).name if best else None
+    best = (_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {}).get("best_model_checkpoint")
+    return Path(best).name if isinstance(best, str) and best else None
 
 
 def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
