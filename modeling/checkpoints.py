@@ -119,10 +119,6 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
                 "its checkpoint-* folders)")
     if missing:
         return f"no {' and no '.join(missing)}: resuming would start {'it' if len(missing) == 1 else 'them'} afresh"
-    ranks = rng_state_ranks(checkpoint)
-    if ranks and ranks != list(range(len(ranks))) and ranks != [None]:
-        expected = ", ".join(f"rng_state_{rank}.pth" for rank in range(max(rank or 0 for rank in ranks) + 1))
-        return f"its random generators' states are incomplete (a process's file is missing: expected {expected})"
     for path in sorted(checkpoint.iterdir()):  # optimizer, scheduler, RNG state: torch.save's zip files, CRC-checked
         saved_by_torch = path.suffix in (".pt", ".pth", ".bin")
         if path.is_file() and path.name.startswith(TRAINING_STATE_PREFIXES) and saved_by_torch:
@@ -131,14 +127,6 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
     if (problem := _json_object_problem(checkpoint / "config.json")) is not None:
         return problem
     return weights_problem(checkpoint)
-
-
-def rng_state_ranks(checkpoint: Path) -> list[int | None]:
-    """The processes whose random generators' state `checkpoint` holds, sorted: [None] for a single process's
-    `rng_state.pth`, the ranks of `rng_state_<rank>.pth` files otherwise."""
-    ranks = [re.fullmatch(r"rng_state(?:_(\d+))?\.pth", path.name) for path in Path(checkpoint).iterdir()]
-    found = [None if match.group(1) is None else int(match.group(1)) for match in ranks if match]
-    return sorted(found, key=lambda rank: -1 if rank is None else rank)
 
 
 def _corrupt_member(path: Path) -> str | None:

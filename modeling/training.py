@@ -41,7 +41,6 @@ from .checkpoints import (
     holds_model,
     json_object,
     list_checkpoints,
-    rng_state_ranks,
 )
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
@@ -78,8 +77,8 @@ def resolve_checkpoint(training_args) -> str | None:
         raise ConfigurationError(
             f"--resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}"
             + (f" (incomplete: {', '.join(path.name for path in checkpoints)})" if checkpoints else "")
-            + ("" if holds_model(output_dir) else "; start the run again with --overwrite_output_dir or in a new "
-               "folder")
+            + ("; start the run again with --overwrite_output_dir or in a new folder"
+               if holds_run(output_dir) and not holds_model(output_dir) else "")
         )
     problem = checkpoint_problem(value)
     if problem is not None:
@@ -132,14 +131,16 @@ def warn_of_later_checkpoints(checkpoint: str) -> None:
                        "steps, and the run's final model too", checkpoint.name, ", ".join(later))
 
 
-def warn_of_another_process_count(checkpoint: str, world_size: int) -> None:
-    """Resuming with another number of processes than the checkpoint's is allowed, but the Trainer then restores no
-    random generator state (it logs that only at info level): say so."""
-    saved = len(rng_state_ranks(Path(checkpoint)))
-    if saved != world_size:
-        logger.warning("%s was saved by %d process(es) and this run has %d: the random generators' states are not "
-                       "restored, so training goes on, but not as the uninterrupted run would", checkpoint, saved,
-                       world_size)
+def warn_of_missing_random_state(checkpoint: str, training_args) -> None:
+    """A process whose random generators' state the checkpoint lacks (it was saved by another number of processes,
+    or the file is lost) resumes without it, and the Trainer logs that only at info level: say so. (Which files a
+    checkpoint must hold depends on the run: each node keeps only its own processes' with save_on_each_node.)"""
+    world_size, rank = training_args.world_size, training_args.process_index
+    name = "rng_state.pth" if world_size <= 1 else f"rng_state_{rank}.pth"  # as the Trainer saves and loads it
+    if not (Path(checkpoint) / name).is_file():
+        logger.warning("%s holds no %s (this run has %d process(es): it was saved by another number, or the file is "
+                       "lost): process %d resumes without its random generators' states, so training goes on, but "
+                       "not as the uninterrupted run would", checkpoint, name, world_size, rank)
 
 
 def holds_run(directory: Path) -> bool:
@@ -185,10 +186,10 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
         )
     if not holds_run(output_dir):
         raise ConfigurationError(f"--output_dir {output_dir} holds other files ({shown}); choose a new or empty folder")
-    if not list_checkpoints(output_dir) and not holds_model(output_dir):
+    if not list_checkpoints(output_dir):
         raise ConfigurationError(
-            f"--output_dir {output_dir} holds the start of an earlier run that saved no checkpoint ({shown}); choose "
-            "a new folder, or start again there with --overwrite_output_dir"
+            f"--output_dir {output_dir} already holds an earlier run with no checkpoint to continue from ({shown}); "
+            "choose a new folder, or replace it with --overwrite_output_dir"
         )
     raise ConfigurationError(
         f"--output_dir {output_dir} already holds an earlier run ({shown}); choose a new folder, continue it with "
@@ -342,7 +343,7 @@ def setup_training(
         refuse_finished_run(checkpoint, training_args)
         refuse_other_architecture(checkpoint, config)
         warn_of_later_checkpoints(checkpoint)
-        warn_of_another_process_count(checkpoint, training_args.world_size)
+        warn_of_missing_random_state(checkpoint, training_args)
     refuse_earlier_run(training_args, checkpoint)
     if training_args.distributed_state is not None:
         training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes

@@ -22,7 +22,7 @@ from modeling.arguments import ConfigurationError, parse_arguments
 from modeling.checkpoints import checkpoint_problem
 from modeling.run_lock import RUN_LOCK_NAME, RunLock
 from modeling.trainer import NonFiniteLossError
-from modeling.training import resolve_checkpoint, train, warn_of_another_process_count
+from modeling.training import resolve_checkpoint, train, warn_of_missing_random_state
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 SMALL = [*QUICK, "--eval_strategy", "no", "--max_train_samples", "64", "--max_tokens", "128",
@@ -200,9 +200,7 @@ def test_a_checkpoint_missing_a_state_or_with_a_damaged_config_is_skipped_or_ref
         resolve_checkpoint(explicit)
 
 
-def test_a_multi_process_checkpoint_missing_a_process_rng_state_is_refused_and_another_count_warned_of(
-    earlier_run, tmp_path, caplog
-):
+def test_a_process_resuming_without_its_random_state_is_warned_of(earlier_run, tmp_path, caplog):
     checkpoint = tmp_path / "checkpoint-8"  # as 3 processes save it: rng_state_0.pth, rng_state_1.pth, ...
     subprocess.run(["cp", "-r", str(earlier_run / "checkpoint-8"), str(checkpoint)], check=True)
     single = checkpoint / "rng_state.pth"
@@ -211,14 +209,15 @@ def test_a_multi_process_checkpoint_missing_a_process_rng_state_is_refused_and_a
     single.unlink()
     assert checkpoint_problem(checkpoint) is None
     with caplog.at_level(logging.WARNING, logger="modeling.training"):
-        warn_of_another_process_count(str(checkpoint), 3)
+        warn_of_missing_random_state(str(checkpoint), SimpleNamespace(world_size=3, process_index=1))
         assert caplog.text == ""
-        warn_of_another_process_count(str(checkpoint), 1)
-    assert "checkpoint-8 was saved by 3 process(es) and this run has 1: the random generators' states are not " \
-           "restored" in caplog.text
-    (checkpoint / "rng_state_1.pth").unlink()
-    assert checkpoint_problem(checkpoint) == ("its random generators' states are incomplete (a process's file is "
-                                              "missing: expected rng_state_0.pth, rng_state_1.pth, rng_state_2.pth)")
+        warn_of_missing_random_state(str(checkpoint), SimpleNamespace(world_size=1, process_index=0))
+        assert "checkpoint-8 holds no rng_state.pth (this run has 1 process(es): it was saved by another number, " \
+               "or the file is lost): process 0 resumes without its random generators' states" in caplog.text
+        caplog.clear()
+        (checkpoint / "rng_state_1.pth").unlink()  # the Trainer would only log this at info level
+        warn_of_missing_random_state(str(checkpoint), SimpleNamespace(world_size=3, process_index=1))
+        assert "holds no rng_state_1.pth (this run has 3 process(es)" in caplog.text
 
 
 def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(earlier_run, tmp_path):
@@ -229,8 +228,9 @@ def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(earlier_
         (folder / name).write_bytes((earlier_run / name).read_bytes())
     (folder / "runs").mkdir()
     (folder / RUN_LOCK_NAME).write_text("12345\n")
-    with pytest.raises(ConfigurationError, match=r"holds the start of an earlier run that saved no checkpoint \(runs, "
-                                                 r"tokenizer.json, tokenizer_config.json\); .*--overwrite_output_dir"):
+    with pytest.raises(ConfigurationError, match=r"already holds an earlier run with no checkpoint to continue from "
+                                                 r"\(runs, tokenizer.json, tokenizer_config.json\); .*"
+                                                 r"--overwrite_output_dir"):
         run(folder, "--max_steps", "2")
     with pytest.raises(ConfigurationError, match=r"no complete checkpoint-\* folder in .*; start the run again with "
                                                  r"--overwrite_output_dir"):
@@ -250,6 +250,8 @@ def test_a_users_tokenizer_folder_is_no_run_to_replace(earlier_run, tmp_path):
     with pytest.raises(ConfigurationError, match=r"tokenizer holds other files \(tokenizer.json, "
                                                  r"tokenizer_config.json\); choose a new or empty folder$"):
         run(folder, "--max_steps", "2", "--tokenizer_name_or_path", str(folder))
+    with pytest.raises(ConfigurationError, match=r"no complete checkpoint-\* folder in .*tokenizer$"):  # no way out
+        run(folder, "--max_steps", "2", "--resume_from_checkpoint", "last")                       # that fails
     assert sorted(path.name for path in folder.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
 
 
