@@ -110,16 +110,16 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
         return "not a folder" if checkpoint.exists() else "no such folder"
     if (problem := _json_object_problem(checkpoint / TRAINER_STATE_NAME)) is not None:
         return f"{problem} (its save did not finish)"
-    names = [path.name for path in checkpoint.iterdir()]
+    entries = sorted(checkpoint.iterdir())  # read once for both checks below
     missing = [f"{name} ({what})" for prefix, name, what in RESUMED_STATES
-               if not any(entry.startswith(prefix) for entry in names)]
+               if not any(entry.name.startswith(prefix) for entry in entries)]
     if len(missing) == len(RESUMED_STATES):
         # a run's folder has the best model and trainer_state.json too, but no optimizer, schedule or RNG state
         return ("no optimizer, schedule or RNG state: a model folder, not a Trainer checkpoint (resume from one of "
                 "its checkpoint-* folders)")
     if missing:
         return f"no {' and no '.join(missing)}: resuming would start {'it' if len(missing) == 1 else 'them'} afresh"
-    for path in sorted(checkpoint.iterdir()):  # optimizer, scheduler, RNG state: torch.save's zip files, CRC-checked
+    for path in entries:  # optimizer, scheduler, RNG state: torch.save's zip files, CRC-checked
         saved_by_torch = path.suffix in (".pt", ".pth", ".bin")
         if path.is_file() and path.name.startswith(TRAINING_STATE_PREFIXES) and saved_by_torch:
             if not zipfile.is_zipfile(path) or _corrupt_member(path) is not None:
