@@ -6,8 +6,9 @@ the residual + LayerNorm wrapper (§3.1, §5.4), encoder and decoder layers and 
 generating head with the pre-softmax projection and the label-smoothed loss (§3.4, §5.4).
 
 This file travels to the Hub as custom code: it imports only torch, transformers (with huggingface_hub, which
-transformers requires) and the files next to it (relative imports: the configuration, the weights-file checks and
-the translation pipeline), so `trust_remote_code=True` loads it where this package is not installed.
+transformers requires) and the files next to it (relative imports: the configuration, dropout, the prepacked
+linear layers, the weights-file checks and the translation pipeline), so `trust_remote_code=True` loads it where
+this package is not installed.
 """
 
 import functools
@@ -37,6 +38,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
+from .dropout import Dropout
 from .prepacked_linear import prepacked_linear_layers
 from .weight_files import verify_weights, write_checksums
 
@@ -140,7 +142,7 @@ class TransformerEmbeddings(nn.Module):
         self.embed_tokens = nn.Embedding(vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = SinusoidalPositionalEncoding(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, input_ids=None, inputs_embeds=None, past_length: int | torch.Tensor = 0) -> torch.Tensor:
         if (input_ids is None) == (inputs_embeds is None):
@@ -261,7 +263,7 @@ class PositionwiseFeedForward(nn.Module):
         self.fc1 = nn.Linear(config.d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
         self.activation_fn = ACT2FN[config.activation_function]
-        self.activation_dropout = nn.Dropout(config.activation_dropout)
+        self.activation_dropout = Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.activation_dropout(self.activation_fn(self.fc1(hidden_states))))
@@ -276,7 +278,7 @@ class SublayerConnection(nn.Module):
         super().__init__()
         self.norm_first = config.norm_first
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if self.norm_first:
