@@ -79,3 +79,13 @@ def test_the_model_uses_it_everywhere_dropout_applies():
     model = tiny_model()
     dropouts = [module for module in model.modules() if isinstance(module, nn.Dropout)]
     assert dropouts and all(type(module) is Dropout for module in dropouts)
+
+
+def test_vmap_fx_and_subclasses_get_nn_dropout():
+    """Where the cheaper mask does not apply (one mask per vmap member, an fx proxy without a device), the layer
+    behaves as nn.Dropout."""
+    layer = Dropout(0.5).train()
+    rows = torch.func.vmap(layer, randomness="different")(torch.ones(3, 400))
+    assert not torch.equal(rows[0], rows[1])
+    traced = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), Dropout(0.1)).train())
+    assert any(node.target is torch.nn.functional.dropout for node in traced.graph.nodes)
