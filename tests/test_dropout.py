@@ -81,10 +81,19 @@ def test_the_model_uses_it_everywhere_dropout_applies():
     assert dropouts and all(type(module) is Dropout for module in dropouts)
 
 
+class _TensorSubclass(torch.Tensor):
+    pass
+
+
 def test_vmap_fx_and_subclasses_get_nn_dropout():
-    """Where the cheaper mask does not apply (one mask per vmap member, an fx proxy without a device), the layer
-    behaves as nn.Dropout."""
+    """Where the cheaper mask does not apply (one mask per vmap member, an fx proxy without a device, a tensor
+    subclass such as DTensor), the layer behaves as nn.Dropout."""
     layer = Dropout(0.5).train()
+    x = torch.randn(30, 30)
+    torch.manual_seed(6)
+    expected = nn.functional.dropout(x, 0.5, True)
+    torch.manual_seed(6)
+    assert torch.equal(layer(x.as_subclass(_TensorSubclass)), expected)
     rows = torch.func.vmap(layer, randomness="different")(torch.ones(3, 400))
     assert not torch.equal(rows[0], rows[1])
     traced = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), Dropout(0.1)).train())
