@@ -1,9 +1,9 @@
 """§5.4 dropout, with a cheaper mask on CPUs: 16 random bits per element, four to each 64-bit draw.
 
 On a CPU, `nn.Dropout` draws its mask with `bernoulli_`, one Mersenne Twister draw and one conversion per element:
-2.7 ms for a 2,048 x 256 activation on 2 cores of an Intel Xeon, longer than its 256 x 256 projection, and about a
-tenth of a training step of the CPU benchmark's models (there are 2 + 2 * encoder_layers + 3 * decoder_layers of
-them per step, one more per layer with `activation_dropout`). `Dropout` fills a quarter as many 64-bit integers from
+2.7 ms for a 2,048 x 256 activation on 2 cores of an Intel Xeon, longer than its 256 x 256 projection. A step has
+2 + 2 * encoder_layers + 3 * decoder_layers of them (one more per layer with `activation_dropout`), together about a
+tenth of a training step of the CPU benchmark's models. `Dropout` fills a quarter as many 64-bit integers from
 the same generator (`random_` over the full range), reads each as four 16-bit integers, and keeps an element when
 its integer is at least round(p * 2^16) - 2^15: it drops with probability p rounded to a multiple of 2^-16 (0.1
 becomes 0.1000061) and scales the kept elements by 1 / (1 - that probability), so the expectation is unchanged. The
