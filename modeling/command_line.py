@@ -51,8 +51,9 @@ def check_output_file(path: Path, option: str = "--output") -> None:
 
 
 def read_stdin_lines() -> list[str]:
-    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one.
-    The bytes are decoded as UTF-8 strictly, whatever the locale's error handler (C.UTF-8 passes bad bytes on)."""
+    """Standard input's lines; as `modeling.tokenization.read_lines`, only "\\n" (and a "\\r" before it) ends one,
+    and a UTF-8 byte order mark at the start is dropped (Windows PowerShell's pipes begin with one). The bytes are
+    decoded as UTF-8 strictly, whatever the locale's error handler (C.UTF-8 passes bad bytes on)."""
     if hasattr(sys.stdin, "buffer"):
         try:
             text = sys.stdin.buffer.read().decode("utf-8")
@@ -60,7 +61,7 @@ def read_stdin_lines() -> list[str]:
             raise ValueError(f"standard input is not valid UTF-8 ({error.reason} at byte {error.start})") from None
     else:  # a text stream put in its place
         text = sys.stdin.read()
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]

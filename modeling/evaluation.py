@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .command_line import same_file, write_lines
+from .command_line import check_output_file, same_file, write_lines
 from .data import canonical_split_names, find_text_pairs, load_parallel_corpus
 from .metrics import load_metric
 from .tokenization import read_lines
@@ -194,6 +194,47 @@ def default_output_dir(model: str | os.PathLike, test_set_name: str) -> Path:
     return Path(model) / f"eval-{test_set_name}"
 
 
+def _same_test_set(earlier: dict, origin: dict) -> bool:
+    """Whether an earlier results.json's `test_set` names the same data as `origin` (paths compared resolved)."""
+    if earlier.keys() != origin.keys():
+        return False
+    paths = {"source_file", "reference_file", "data_dir"}
+    return all(
+        Path(str(earlier[key])).resolve() == Path(str(value)).resolve() if key in paths else earlier[key] == value
+        for key, value in origin.items()
+    )
+
+
+def check_output_dir(output_dir: str | os.PathLike, test_set: EvaluationSet) -> None:
+    """Before anything is translated: raise ValueError unless `output_dir` can take hypotheses.txt and results.json
+    without overwriting --source, --reference, or the scores of another test set. An earlier results.json there of
+    other data (another file of the same name, another corpus's split of the same name, other languages) is kept:
+    its scores cannot be told apart from these by the folder's name."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"--output_dir {output_dir} is a file; give a folder")
+    existing = next(folder for folder in [output_dir, *output_dir.absolute().parents] if folder.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--output_dir {output_dir} cannot be made: {existing} is a file")
+    for name in (HYPOTHESES_FILE, RESULTS_FILE):
+        for option, given in (("--source", test_set.origin.get("source_file")),
+                              ("--reference", test_set.origin.get("reference_file"))):
+            if given is not None and same_file(output_dir / name, given):
+                raise ValueError(f"--output_dir {output_dir}: its {name} would overwrite {option} {given}")
+        if output_dir.is_dir():
+            check_output_file(output_dir / name, "--output_dir's")
+    try:
+        earlier = json.loads((output_dir / RESULTS_FILE).read_text(encoding="utf-8"))["test_set"]
+    except (OSError, ValueError, TypeError, KeyError):  # none, or not ours: nothing to keep apart
+        return
+    if isinstance(earlier, dict) and not _same_test_set(earlier, test_set.origin):
+        described = ", ".join(f"{key} {value}" for key, value in earlier.items() if value is not None)
+        raise ValueError(
+            f"{output_dir} holds the scores of another test set named {test_set.name!r} ({described}); "
+            "give this one its own --output_dir"
+        )
+
+
 def evaluate_model(
     model: str | os.PathLike,
     test_set: EvaluationSet,
@@ -210,11 +251,7 @@ def evaluate_model(
     options), score against its references (`corpus_scores`, lowercased BLEU included) and write
     `output_dir/hypotheses.txt` (one line per source line) and `output_dir/results.json`. Returns the results:
     scores, signatures, model, test set, beam size, number of sentences and the seconds spent translating."""
-    for name in (HYPOTHESES_FILE, RESULTS_FILE):
-        for option, given in (("--source", test_set.origin.get("source_file")),
-                              ("--reference", test_set.origin.get("reference_file"))):
-            if given is not None and same_file(Path(output_dir) / name, given):
-                raise ValueError(f"--output_dir {output_dir}: its {name} would overwrite {option} {given}")
+    check_output_dir(output_dir, test_set)
     loaded, tokenizer, target_tokenizer = load_translation_model(model, device=device)
     start = time.perf_counter()
     hypotheses = translate(
@@ -261,6 +298,7 @@ __all__ = [
     "EvaluationSet",
     "TranslationMetrics",
     "build_compute_metrics",
+    "check_output_dir",
     "corpus_scores",
     "default_output_dir",
     "evaluate_model",

@@ -7,12 +7,14 @@ The test set is --source/--reference (line-aligned UTF-8 files, .gz allowed), or
 modeling.data.load_parallel_corpus reads it (train, validation, test, or a file name such as Multi30k's
 test_2016_flickr). Sentences are translated in length-sorted batches with beam search (--num_beams, default 4).
 
-Writes, in --output_dir (default: MODEL/eval-<split>, or MODEL/eval-<source file name>; overwritten):
+Writes, in --output_dir (default: MODEL/eval-<split>, or MODEL/eval-<source file name>; an earlier evaluation of
+the same test set there is overwritten, one of another test set of the same name is refused, before translating):
   hypotheses.txt  one translation per source line
   results.json    scores, signatures, model, test set, beam size, sentences, seconds spent translating
 and prints one summary line. When MODEL is a folder, the scores, their signatures and this command also go into
-its model card (MODEL/README.md) as a section "Evaluation: <test set>, beam <n>", replacing an earlier one of the
-same test set and beam.
+its model card (MODEL/README.md) as a section "Evaluation: <test set name>, beam <n>", replacing an earlier one of
+that name and beam (two test sets of one name, kept apart with --output_dir, share that section: the last one
+scored is the one it shows).
 """
 
 import argparse
@@ -77,8 +79,6 @@ def main(argv=None) -> None:
         check_card_readable(args.model)
         device = resolve_device(args.device)
         output_dir = args.output_dir or default_output_dir(args.model, test_set.name)
-        if output_dir.exists() and not output_dir.is_dir():
-            raise ValueError(f"--output_dir {output_dir} is a file; give a folder")
         progress = not args.quiet and sys.stderr.isatty()
         if not progress:
             transformers.utils.logging.disable_progress_bar()  # its weight-loading bar

@@ -16,7 +16,14 @@ import pytest
 from launch_helpers import assert_one_line_error
 from test_translate import random_digits, save_copy_model
 
-from modeling.evaluation import METRIC_NAMES, build_compute_metrics, corpus_scores
+from modeling.evaluation import (
+    METRIC_NAMES,
+    EvaluationSet,
+    build_compute_metrics,
+    check_output_dir,
+    corpus_scores,
+    read_test_set_files,
+)
 from modeling.tokenization import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +172,13 @@ BAD_ARGUMENTS = {
                                 "{tmp}/ev"], r"--output_dir .*ev: its hypotheses.txt would overwrite --source"),
     "output over the reference": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/ev/hypotheses.txt",
                                    "--output_dir", "{tmp}/ev"], r"its hypotheses.txt would overwrite --reference"),
+    "hypotheses file is a folder": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                                     "{tmp}/od"], r"--output_dir's .*od/hypotheses\.txt is a directory"),
+    "output inside a file": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                              "{tmp}/s.txt/scores"], r"--output_dir .*scores cannot be made: .*s\.txt is a file"),
+    "scores of another test set": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                                    "{tmp}/old"], r"old holds the scores of another test set named 's\.txt' "
+                                   r"\(source_file /elsewhere/s\.txt, .*\); give this one its own --output_dir"),
 }
 
 
@@ -174,6 +188,10 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     (tmp_path / "s.txt").write_text("1 2\n")
     (tmp_path / "ev").mkdir()
     (tmp_path / "ev" / "hypotheses.txt").write_text("3 4\n")
+    (tmp_path / "od" / "hypotheses.txt").mkdir(parents=True)
+    (tmp_path / "old").mkdir()
+    elsewhere = {"source_file": "/elsewhere/s.txt", "reference_file": "/elsewhere/s.txt"}
+    (tmp_path / "old" / "results.json").write_text(json.dumps({"bleu": 12.5, "test_set": elsewhere}))
     argv, message = BAD_ARGUMENTS[case]
     argv = [arg.format(tmp=tmp_path, data=data_dir) for arg in argv]
 
@@ -188,6 +206,22 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     stderr = capsys.readouterr().err
     assert_one_line_error(stderr, "evaluate.py", message)
     assert sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_an_earlier_evaluation_of_the_same_test_set_may_be_replaced(tmp_path, monkeypatch):
+    """The same files (named relatively or absolutely) or the same corpus split: the folder takes the new scores."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.txt").write_text("1 2\n")
+    folder = tmp_path / "eval-s.txt"
+    folder.mkdir()
+    earlier = {"source_file": str(tmp_path / "s.txt"), "reference_file": str(tmp_path / "s.txt")}
+    (folder / "results.json").write_text(json.dumps({"test_set": earlier}))
+    check_output_dir(folder, read_test_set_files(Path("s.txt"), Path("s.txt")))
+    split = {"data_dir": "corpus", "split": "test", "source_lang": "de", "target_lang": "en"}
+    (folder / "results.json").write_text(json.dumps({"test_set": split}))
+    check_output_dir(folder, EvaluationSet("test", ["1"], ["1"], dict(split, data_dir=str(tmp_path / "corpus"))))
+    with pytest.raises(ValueError, match="another test set"):
+        check_output_dir(folder, EvaluationSet("test", ["1"], ["1"], dict(split, target_lang="fr")))
 
 
 def test_a_model_card_that_is_not_utf8_is_named_before_anything_is_translated(model_dir, tmp_path, monkeypatch, capsys):

@@ -194,6 +194,8 @@ def test_script_translates_arguments_files_and_stdin(model_dir, loaded, tmp_path
 
     run_script(monkeypatch, model_dir, "--num_beams", "2", "--batch_size", "2", stdin="\n".join(SOURCES))
     assert capsys.readouterr().out.splitlines() == expected
+    run_script(monkeypatch, model_dir, "--num_beams", "2", stdin="\ufeff" + "\n".join(SOURCES))  # a PowerShell pipe
+    assert capsys.readouterr().out.splitlines() == expected
 
 
 def without(model_dir: Path, tmp_path: Path, name: str) -> Path:
