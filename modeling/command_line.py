@@ -38,6 +38,10 @@ def check_output_file(path: Path, option: str = "--output") -> None:
     created and removed again."""
     if path.is_dir():
         raise ValueError(f"{option} {path} is a directory; give a file path")
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist")
+    if path.exists() and not path.is_file():  # a FIFO would block the open below
+        raise ValueError(f"{option} {path} is not a regular file")
     if not path.parent.is_dir():
         raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
     existed = path.exists()

@@ -146,6 +146,15 @@ class EvaluationSet:
             raise ValueError(f"the test set {self.name} ({self.origin}) has no sentences")
 
 
+_PATH_KEYS = ("source_file", "reference_file", "data_dir")
+
+
+def _resolved(path: str | os.PathLike) -> str:
+    """A test set's file or corpus folder as results.json records it: absolute, so that an evaluation run from
+    another folder is recognised; a dataset name (no such path here) as it is."""
+    return str(Path(path).resolve()) if Path(path).exists() else str(path)
+
+
 def read_test_set_files(source_file: str | os.PathLike, reference_file: str | os.PathLike) -> EvaluationSet:
     """Line-aligned UTF-8 files (`.gz` allowed); named after the source file (`newstest2014.de.gz` ->
     `newstest2014.de`). Raises ValueError when their line counts differ, FileNotFoundError when one is missing."""
@@ -159,7 +168,7 @@ def read_test_set_files(source_file: str | os.PathLike, reference_file: str | os
             f"{len(references)}; line N of the reference must translate line N of the source"
         )
     name = Path(source_file).name.removesuffix(".gz")
-    origin = {"source_file": str(source_file), "reference_file": str(reference_file)}
+    origin = {"source_file": _resolved(source_file), "reference_file": _resolved(reference_file)}
     return EvaluationSet(name, sources, references, origin)
 
 
@@ -183,7 +192,8 @@ def read_test_set_split(
     if resolved not in corpus:
         raise ValueError(f"--split {split!r} not found in {data_dir}; it has {list(corpus)}")
     pairs = corpus[resolved][:]
-    origin = {"data_dir": str(data_dir), "split": resolved, "source_lang": source_lang, "target_lang": target_lang}
+    origin = {"data_dir": _resolved(data_dir), "split": resolved, "source_lang": source_lang,
+              "target_lang": target_lang}
     return EvaluationSet(split, pairs["source"], pairs["target"], origin)
 
 
@@ -195,14 +205,18 @@ def default_output_dir(model: str | os.PathLike, test_set_name: str) -> Path:
 
 
 def _same_test_set(earlier: dict, origin: dict) -> bool:
-    """Whether an earlier results.json's `test_set` names the same data as `origin` (paths compared resolved)."""
+    """Whether an earlier results.json's `test_set` may name the same data as `origin`. Unknown counts as the same:
+    a language left out (None, inferred by the loader) and a relative path (recorded by an older version, relative
+    to a folder no longer known)."""
     if earlier.keys() != origin.keys():
         return False
-    paths = {"source_file", "reference_file", "data_dir"}
-    return all(
-        Path(str(earlier[key])).resolve() == Path(str(value)).resolve() if key in paths else earlier[key] == value
-        for key, value in origin.items()
-    )
+    for key, value in origin.items():
+        before = earlier[key]
+        if before is None or value is None or (key in _PATH_KEYS and not Path(str(before)).is_absolute()):
+            continue
+        if before != value:
+            return False
+    return True
 
 
 def check_output_dir(output_dir: str | os.PathLike, test_set: EvaluationSet) -> None:
@@ -213,9 +227,19 @@ def check_output_dir(output_dir: str | os.PathLike, test_set: EvaluationSet) -> 
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"--output_dir {output_dir} is a file; give a folder")
-    existing = next(folder for folder in [output_dir, *output_dir.absolute().parents] if folder.exists())
-    if not existing.is_dir():
-        raise ValueError(f"--output_dir {output_dir} cannot be made: {existing} is a file")
+    if output_dir.is_symlink() and not output_dir.exists():
+        raise ValueError(f"--output_dir {output_dir} is a link to {os.readlink(output_dir)}, which does not exist")
+    if not output_dir.exists():  # made and removed again now, so that a folder that cannot be made is named early
+        missing = [folder for folder in [output_dir, *output_dir.absolute().parents] if not folder.exists()]
+        existing = missing[-1].parent
+        if not existing.is_dir():
+            raise ValueError(f"--output_dir {output_dir} cannot be made: {existing} is a file")
+        try:
+            output_dir.mkdir(parents=True)
+        except OSError as error:
+            raise ValueError(f"--output_dir {output_dir} cannot be made: {error.strerror or error}") from None
+        for folder in missing:  # deepest first
+            folder.rmdir()
     for name in (HYPOTHESES_FILE, RESULTS_FILE):
         for option, given in (("--source", test_set.origin.get("source_file")),
                               ("--reference", test_set.origin.get("reference_file"))):

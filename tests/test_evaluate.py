@@ -176,6 +176,16 @@ BAD_ARGUMENTS = {
                                      "{tmp}/od"], r"--output_dir's .*od/hypotheses\.txt is a directory"),
     "output inside a file": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
                               "{tmp}/s.txt/scores"], r"--output_dir .*scores cannot be made: .*s\.txt is a file"),
+    "output is a dangling link": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                                   "{tmp}/dangling"], r"--output_dir .*dangling is a link to .*nowhere, which does "
+                                  "not exist"),
+    "output cannot be made": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                               "/proc/evaluate-scores"], "--output_dir /proc/evaluate-scores cannot be made: "),
+    "hypotheses is a fifo": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir", "{tmp}/fifo"],
+                             r"--output_dir's .*fifo/hypotheses\.txt is not a regular file"),
+    "hypotheses is a dangling link": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
+                                       "{tmp}/links"], r"--output_dir's .*links/hypotheses\.txt is a link to "
+                                      r".*gone\.txt, which does not exist"),
     "scores of another test set": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
                                     "{tmp}/old"], r"old holds the scores of another test set named 's\.txt' "
                                    r"\(source_file /elsewhere/s\.txt, .*\); give this one its own --output_dir"),
@@ -192,6 +202,11 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     (tmp_path / "old").mkdir()
     elsewhere = {"source_file": "/elsewhere/s.txt", "reference_file": "/elsewhere/s.txt"}
     (tmp_path / "old" / "results.json").write_text(json.dumps({"bleu": 12.5, "test_set": elsewhere}))
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "hypotheses.txt")
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "hypotheses.txt").symlink_to(tmp_path / "gone.txt")
     argv, message = BAD_ARGUMENTS[case]
     argv = [arg.format(tmp=tmp_path, data=data_dir) for arg in argv]
 
@@ -206,6 +221,23 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     stderr = capsys.readouterr().err
     assert_one_line_error(stderr, "evaluate.py", message)
     assert sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_test_sets_are_recorded_with_absolute_paths_so_other_folders_tell_them_apart(tmp_path, monkeypatch):
+    """`s.txt` typed in folder a and in folder b are other files: b's scores do not replace a's; a's, typed as
+    a/s.txt from their parent, do."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "s.txt").write_text(f"{folder}\n")
+    scores = tmp_path / "scores"
+    scores.mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    (scores / "results.json").write_text(json.dumps({"test_set": read_test_set_files("s.txt", "s.txt").origin}))
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(ValueError, match="holds the scores of another test set named 's.txt'"):
+        check_output_dir(scores, read_test_set_files("s.txt", "s.txt"))
+    monkeypatch.chdir(tmp_path)
+    check_output_dir(scores, read_test_set_files("a/s.txt", "a/s.txt"))
 
 
 def test_an_earlier_evaluation_of_the_same_test_set_may_be_replaced(tmp_path, monkeypatch):
