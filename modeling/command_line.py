@@ -35,19 +35,16 @@ def same_file(path: str | Path, other: str | Path) -> bool:
 def check_output_file(path: Path, option: str = "--output") -> None:
     """Raise ValueError unless `path` can be written as a file (not a folder; its folder exists and takes files):
     checked before any work whose result would then be lost. An existing file is opened, not changed; a new one is
-    created and removed again."""
+    created and removed again. A device (/dev/null) or a named pipe with a reader is written to as it is."""
     if path.is_dir():
         raise ValueError(f"{option} {path} is a directory; give a file path")
-    if path.is_symlink() and not path.exists():
+    if path.is_symlink() and not path.exists():  # opening would create its target, unlinking would remove the link
         raise ValueError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist")
-    if path.exists() and not path.is_file():  # a FIFO would block the open below
-        raise ValueError(f"{option} {path} is not a regular file")
     if not path.parent.is_dir():
         raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
     existed = path.exists()
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+    try:  # non-blocking: a named pipe without a reader is refused (ENXIO) instead of waiting for one
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666))
     except OSError as error:
         raise ValueError(f"{option} {path} cannot be written: {error.strerror or error}") from None
     if not existed:

@@ -182,7 +182,7 @@ BAD_ARGUMENTS = {
     "output cannot be made": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
                                "/proc/evaluate-scores"], "--output_dir /proc/evaluate-scores cannot be made: "),
     "hypotheses is a fifo": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir", "{tmp}/fifo"],
-                             r"--output_dir's .*fifo/hypotheses\.txt is not a regular file"),
+                             r"--output_dir's .*fifo/hypotheses\.txt cannot be written: No such device"),
     "hypotheses is a dangling link": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir",
                                        "{tmp}/links"], r"--output_dir's .*links/hypotheses\.txt is a link to "
                                       r".*gone\.txt, which does not exist"),

@@ -196,6 +196,8 @@ def test_script_translates_arguments_files_and_stdin(model_dir, loaded, tmp_path
     assert capsys.readouterr().out.splitlines() == expected
     run_script(monkeypatch, model_dir, "--num_beams", "2", stdin="\ufeff" + "\n".join(SOURCES))  # a PowerShell pipe
     assert capsys.readouterr().out.splitlines() == expected
+    run_script(monkeypatch, model_dir, *SOURCES, "--output", "/dev/null")  # a device is written to as it is
+    assert capsys.readouterr().out == ""
 
 
 def without(model_dir: Path, tmp_path: Path, name: str) -> Path:
