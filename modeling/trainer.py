@@ -84,7 +84,8 @@ class TrainingClock(TrainerCallback, ExportableState):
     def on_step_end(self, args, state, control, **kwargs):
         # A checkpoint saved before this callback existed has no record of it, and the Trainer's save looks one up
         # (a KeyError) in the state it loaded from there, which replaces the state on_train_begin saw.
-        state.stateful_callbacks.setdefault(type(self).__name__, self.state())
+        if type(self).__name__ not in state.stateful_callbacks:
+            state.stateful_callbacks[type(self).__name__] = self.state()
 
     def state(self) -> dict:
         return {"args": {"seconds_before": self.seconds_before + time.time() - self._started}, "attributes": {}}
