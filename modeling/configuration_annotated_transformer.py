@@ -129,6 +129,10 @@ class AnnotatedTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value}.")
+        if not 0.0 <= self.layer_norm_eps < float("inf"):  # a negative or NaN epsilon makes every LayerNorm NaN
+            raise ValueError(f"`layer_norm_eps` must be a finite number >= 0, got {self.layer_norm_eps}.")
+        if not 0.0 < self.init_std < float("inf"):  # the normal initialisation's standard deviation
+            raise ValueError(f"`init_std` must be a finite positive number, got {self.init_std}.")
         if self.activation_function not in ACT2FN:
             raise ValueError(
                 f"Unknown `activation_function` {self.activation_function!r}; choose one of {sorted(ACT2FN)}."

@@ -46,6 +46,9 @@ def test_shared_attribute_names_resolve():
         (dict(vocab_size=100, src_vocab_size=80), r"Tied embeddings need one shared vocabulary"),
         (dict(init_scheme="kaiming"), r"Unknown `init_scheme` 'kaiming'"),
         (dict(d_model="big"), r"d_model"),
+        (dict(layer_norm_eps=-1e-5), r"`layer_norm_eps` must be a finite number >= 0, got -1e-05"),
+        (dict(layer_norm_eps=float("nan")), r"`layer_norm_eps` must be a finite number >= 0, got nan"),
+        (dict(init_std=0), r"`init_std` must be a finite positive number, got 0"),
     ],
 )
 def test_bad_configs_raise_clear_errors(kwargs, message):
