@@ -33,7 +33,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple
+from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -41,6 +41,8 @@ from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .dropout import Dropout
 from .prepacked_linear import prepacked_linear_layers
 from .weight_files import verify_weights, write_checksums
+
+logger = logging.get_logger(__name__)
 
 # transformers 5.24 renamed the key/value cache `past_key_values` to `cache`: the argument generate() passes to
 # forward(), the output field and the masking functions' keyword. The model takes either name as an argument, keeps
@@ -80,6 +82,30 @@ def check_token_ids(token_ids: torch.Tensor | None, vocab_size: int, name: str) 
             f"`{name}` holds the token id {low if low < 0 else high}, outside the vocabulary [0, {vocab_size - 1}]: "
             "were the ids made by another tokenizer?"
         )
+
+
+def check_labels_fit_decoder_inputs(labels: torch.Tensor, decoder_tokens: torch.Tensor | None) -> None:
+    """Each label is the target of the decoder input at its position: given both, they must be (batch, length) alike
+    (otherwise the loss's gather fails with a bare size error)."""
+    if decoder_tokens is not None and tuple(decoder_tokens.shape[:2]) != tuple(labels.shape):
+        raise ValueError(
+            f"`labels` has shape {tuple(labels.shape)}, but the decoder inputs are (batch, length) = "
+            f"{tuple(decoder_tokens.shape[:2])}: each label is the target at its decoder input's position, so both "
+            "must have the same shape (or leave out `decoder_input_ids` to build them from `labels`)."
+        )
+
+
+def warn_if_counted_padding(labels: torch.Tensor, pad_token_id: int | None) -> None:
+    """The Trainer's `num_items_in_batch` counts every label but -100, so labels padded with the pad id, which the
+    loss leaves out, would be counted in its denominator: say so (one device sync; skipped while compiling)."""
+    if pad_token_id is None or torch.compiler.is_compiling() or not bool((labels == pad_token_id).any()):
+        return
+    logger.warning(
+        f"`labels` are padded with pad_token_id ({pad_token_id}), which the loss leaves out, but the Trainer's "
+        "`num_items_in_batch` counts every label that is not -100: the summed loss is divided by the padding too, so "
+        "each batch's loss shrinks by its share of padding. Pad labels with -100 (DataCollatorForSeq2Seq's "
+        "`label_pad_token_id`) for the exact mean over target tokens."
+    )
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int], name: str) -> None:
@@ -371,6 +397,28 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
         except StrictDataclassError as error:
             raise ValueError(str(error.__cause__ or error)) from None
         super().__init__(config, *inputs, **kwargs)
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """Resize the one vocabulary: source and target embeddings (and the output projection), tied or not. With
+        separate source/target vocabularies (`src_vocab_size != vocab_size`) a single new size is ambiguous."""
+        if self.config.src_vocab_size != self.config.vocab_size:
+            raise NotImplementedError(
+                f"`resize_token_embeddings` resizes one shared vocabulary, but this model has separate source "
+                f"({self.config.src_vocab_size}) and target ({self.config.vocab_size}) vocabularies: resize the "
+                "encoder's and the decoder's `embeddings.embed_tokens` (and `lm_head`) yourself."
+            )
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.config.src_vocab_size = self.config.vocab_size
+        return embeddings
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        # transformers resizes the input (source) embeddings and `lm_head`; untied, the decoder's are another matrix.
+        if not self.config.tie_word_embeddings:
+            decoder = self.get_decoder()
+            decoder.set_input_embeddings(self._get_resized_embeddings(
+                decoder.get_input_embeddings(), new_num_tokens, pad_to_multiple_of, mean_resizing
+            ))
+        return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
         """Save as transformers does, plus the weights' SHA-256 digests (`checksums.sha256`) that loading checks."""
@@ -805,6 +853,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         super().__init__(config)
         self.model = AnnotatedTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._checked_counted_padding = False  # `warn_if_counted_padding` looks at the first such batch only
         if config.tie_word_embeddings:
             # Every target points at the root parameter: transformers does not resolve chains of ties.
             self._tied_weights_keys = {
@@ -824,28 +873,6 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
 
     def set_output_embeddings(self, new_embeddings: nn.Linear):
         self.lm_head = new_embeddings
-
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        """Resize the one vocabulary: source and target embeddings and the output projection, tied or not. With
-        separate source/target vocabularies (`src_vocab_size != vocab_size`) a single new size is ambiguous."""
-        if self.config.src_vocab_size != self.config.vocab_size:
-            raise NotImplementedError(
-                f"`resize_token_embeddings` resizes one shared vocabulary, but this model has separate source "
-                f"({self.config.src_vocab_size}) and target ({self.config.vocab_size}) vocabularies: resize "
-                "`model.model.encoder.embeddings.embed_tokens` and the decoder embeddings + `lm_head` yourself."
-            )
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        self.config.src_vocab_size = self.config.vocab_size
-        return embeddings
-
-    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
-        # transformers resizes the input (source) embeddings and `lm_head`; untied, the decoder's are a third matrix.
-        if not self.config.tie_word_embeddings:
-            decoder = self.model.decoder
-            decoder.set_input_embeddings(self._get_resized_embeddings(
-                decoder.get_input_embeddings(), new_num_tokens, pad_to_multiple_of, mean_resizing
-            ))
-        return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -903,14 +930,22 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         r"""
         cache: the key/value cache of earlier decoding steps (`past_key_values`, its name before transformers 5.24,
             is accepted too); returned under the installed version's name.
-        labels: target token ids, -100 where no loss is wanted. When `decoder_input_ids` are not given they are
-            built by shifting `labels` right.
+        labels: target token ids, -100 (or the pad id) where no loss is wanted. When `decoder_input_ids` are not
+            given they are built by shifting `labels` right.
         num_items_in_batch: passed by the Trainer: the number of target tokens in the whole (accumulated,
             all-process) batch. The summed loss is divided by it, so gradient accumulation and multi-process
             training give exactly the full-batch mean; without it the loss is the mean over this batch's tokens.
+            The Trainer counts every label but -100: labels padded with the pad id get a warning (the first
+            time it is given), since their padding would be counted.
         """
         if labels is not None:
             check_token_ids(labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels")
+            check_labels_fit_decoder_inputs(
+                labels, decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+            )
+            if num_items_in_batch is not None and not self._checked_counted_padding:
+                self._checked_counted_padding = True
+                warn_if_counted_padding(labels, self.config.pad_token_id)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

@@ -253,3 +253,27 @@ def test_non_finite_logits_of_ignored_rows_stay_out_of_the_loss():
         assert torch.isfinite(total)
     expected = F.cross_entropy(logits, labels.masked_fill(labels == PAD, -100), reduction="sum")
     assert label_smoothed_loss(logits, labels, 0.0, PAD)[0].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("label_padding", [PAD, -100])
+def test_the_trainer_warns_when_its_token_count_includes_padded_labels(label_padding, tmp_path, caplog):
+    """The Trainer divides the summed loss by its `num_items_in_batch`, every label but -100: labels padded with the
+    pad id, which the loss leaves out, are counted there, so training with them says so, once."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    input_ids, labels = batch()
+    labels = labels.masked_fill((labels == -100) | (labels == PAD), label_padding)
+    rows = [dict(input_ids=source, labels=target) for source, target in zip(input_ids, labels)]
+    args = Seq2SeqTrainingArguments(
+        tmp_path, max_steps=2, per_device_train_batch_size=3, report_to="none", use_cpu=True, save_strategy="no",
+    )
+    with caplog.at_level("WARNING"):
+        Seq2SeqTrainer(model=tiny_model(0.1).train(), args=args, train_dataset=rows).train()
+    warnings = [record for record in caplog.records if "num_items_in_batch" in record.getMessage()]
+    assert len(warnings) == (1 if label_padding == PAD else 0)
+
+
+def test_labels_that_do_not_fit_the_decoder_inputs_are_named():
+    input_ids, labels = batch()
+    with pytest.raises(ValueError, match=r"`labels` has shape \(3, 5\), but the decoder inputs are .* \(3, 4\)"):
+        tiny_model(0.1)(input_ids=input_ids, labels=labels, decoder_input_ids=labels[:, :4].clamp(min=0))

@@ -145,6 +145,21 @@ def test_resize_token_embeddings_resizes_source_target_and_output_together(tie):
     assert torch.equal(model.lm_head.weight, resized)
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_bare_model_resizes_both_vocabularies_and_saves(tie, tmp_path):
+    """AutoModel's class: transformers' own resize grew only the source embeddings and left src_vocab_size behind."""
+    model = AnnotatedTransformerModel(tiny_model(tie_word_embeddings=tie).config).eval()
+    model.resize_token_embeddings(VOCAB + 10)
+    assert model.config.vocab_size == model.config.src_vocab_size == VOCAB + 10
+    assert model.encoder.embeddings.embed_tokens.weight.shape[0] == VOCAB + 10
+    assert model.decoder.embeddings.embed_tokens.weight.shape[0] == VOCAB + 10
+    new_id = torch.tensor([[VOCAB + 5, 2]])
+    hidden = model(input_ids=new_id, decoder_input_ids=new_id).last_hidden_state
+    model.save_pretrained(tmp_path)
+    reloaded = AnnotatedTransformerModel.from_pretrained(tmp_path).eval()
+    assert torch.equal(reloaded(input_ids=new_id, decoder_input_ids=new_id).last_hidden_state, hidden)
+
+
 def test_resizing_separate_vocabularies_is_refused():
     model = tiny_model(tie_word_embeddings=False, src_vocab_size=30)
     with pytest.raises(NotImplementedError, match=r"separate source \(30\) and target \(40\) vocabularies"):
