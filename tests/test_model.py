@@ -281,8 +281,16 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         if checkpointing:
             enable_checkpointing(model)
             assert model.model.encoder.layers[0].gradient_checkpointing
+        # the encoder's layers keep no cache: handed `use_cache=True` (the config's default), checkpointing warned
+        # "Caching is incompatible with gradient checkpointing in AnnotatedTransformerEncoderLayer"
+        layer_kwargs = []
+        model.model.encoder.layers[0].register_forward_pre_hook(
+            lambda module, args, kwargs: layer_kwargs.append(kwargs), with_kwargs=True
+        )
+        assert model.config.use_cache
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
+        assert layer_kwargs and not any(kwargs.get("use_cache") for kwargs in layer_kwargs)
         grads.append(model.model.encoder.layers[0].self_attn.q_proj.weight.grad.clone())
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
