@@ -241,7 +241,8 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         metadata={
             "help": "Train into an output_dir that holds an earlier run: once every check has passed, the whole "
             "earlier run is deleted (checkpoints, logs, evaluations), so nothing of it mixes with this run's. A "
-            "folder holding no run is refused. Without it a folder holding a run is refused, unless "
+            "folder holding no run, or anything a run does not write besides it (notes, a corpus), is refused. "
+            "Without it a folder holding a run is refused, unless "
             "--resume_from_checkpoint continues that run."
         },
     )

@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Sequence
+from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from .checkpoints import (
     ARCHITECTURE_FIELDS,
     CHECKPOINT_PATTERN,
     TRAINER_STATE_NAME,
+    TRAINING_STATE_FILES,
     checkpoint_problem,
     checkpoint_step,
     holds_model,
@@ -45,11 +47,13 @@ from .checkpoints import (
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
-from .model_card import model_card_context, write_model_card
+from .model_card import MODEL_CARD_NAME, model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .run_lock import RUN_LOCK_NAME, RunLock
 from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
 from .trainer import TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
+from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +154,25 @@ def holds_run(directory: Path) -> bool:
             or (directory / RUN_LOCK_NAME).is_file())
 
 
+# What a training run writes at the top of its output_dir, the Trainer's files and ours (`evaluate.py`'s eval-*/
+# included); besides these, the model's code files, named as in this package. `--overwrite_output_dir` deletes an
+# earlier run only where the folder holds nothing else.
+RUN_FILE_PATTERNS = (
+    "config.json", "generation_config.json", "*.safetensors", WEIGHTS_INDEX_NAME, CHECKSUMS_NAME, MODEL_CARD_NAME,
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", TARGET_TOKENIZER_SUBDIR, "*_results.json",
+    *TRAINING_STATE_FILES, "checkpoint-*", "runs", "eval-*", RUN_LOCK_NAME,
+)
+
+
+def not_run_files(directory: Path) -> list[str]:
+    """The entries at the top of `directory` that no training run writes (`RUN_FILE_PATTERNS`, the code files), sorted."""
+    code_files = {path.name for path in Path(__file__).parent.glob("*.py")}
+    return sorted(
+        path.name for path in directory.iterdir()
+        if path.name not in code_files and not any(fnmatchcase(path.name, pattern) for pattern in RUN_FILE_PATTERNS)
+    )
+
+
 def continues_in_place(training_args, checkpoint: str | None) -> bool:
     """Whether the run resumes one of output_dir's own checkpoints (the run goes on in its folder)."""
     return checkpoint is not None and Path(checkpoint).resolve().parent == Path(training_args.output_dir).resolve()
@@ -159,8 +182,8 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     """Refuse to train into a folder that holds an earlier run or anything else (its checkpoints would mix with this
     run's, `--resume_from_checkpoint last` could pick one of them, its files would be replaced), unless resuming a
     checkpoint of that folder or --overwrite_output_dir (whose deletion of the earlier run waits until every check
-    has passed; a folder holding no run is refused). A checkpoint from elsewhere continues into an empty or new
-    folder only."""
+    has passed; a folder holding no run, or anything besides the run's own files, is refused). A checkpoint from
+    elsewhere continues into an empty or new folder only."""
     output_dir = Path(training_args.output_dir)
     entries = sorted(path.name for path in output_dir.iterdir() if path.name != RUN_LOCK_NAME) if output_dir.is_dir() \
         else []
@@ -176,6 +199,12 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint} lies inside --output_dir {output_dir}, which "
             "--overwrite_output_dir would delete first; copy the checkpoint out, or drop --overwrite_output_dir"
+        )
+    if training_args.overwrite_output_dir and entries and not continuing and (others := not_run_files(output_dir)):
+        raise ConfigurationError(
+            f"--overwrite_output_dir would delete the earlier run in --output_dir {output_dir}, but the folder also "
+            f"holds what no training run writes ({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}); move "
+            "that out first, or choose another folder"
         )
     if continuing or not entries or training_args.overwrite_output_dir:
         return

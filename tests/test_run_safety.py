@@ -96,6 +96,21 @@ def test_overwrite_output_dir_with_a_checkpoint_of_another_folder_replaces_the_e
     assert inside.is_dir()
 
 
+def test_overwrite_output_dir_refuses_a_run_folder_that_also_holds_other_files(earlier_run, tmp_path):
+    """Only what a run writes is deleted: a user's notes or a corpus kept in the run's folder make it refuse."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    (folder / "notes.txt").write_text("what I tried\n")
+    (folder / "data").mkdir()
+    (folder / "data" / "train.de").write_text("ein Hund\n")
+    before = snapshot(folder)
+    with pytest.raises(ConfigurationError, match=r"--overwrite_output_dir would delete the earlier run in "
+                                                 r"--output_dir .*run, but the folder also holds what no training run "
+                                                 r"writes \(data, notes.txt\); move that out first"):
+        run(folder, "--max_steps", "2", "--overwrite_output_dir", "true")
+    assert snapshot(folder) == before
+
+
 def test_overwrite_output_dir_refuses_a_folder_that_holds_no_run(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
