@@ -148,7 +148,7 @@ def load_parallel_corpus(
             raise FileNotFoundError(f"{data} does not exist (a path, not a dataset name, since it starts with . / ~)")
         if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
             corpus = _from_datasets(
-                load_from_disk(path), source_lang, target_lang, source_column, target_column, keep=splits
+                _load_from_disk(path), source_lang, target_lang, source_column, target_column, keep=splits
             )
         elif path.is_dir() and (text_pairs := find_text_pairs(path)):
             _refuse_columns(source_column, target_column, f"{path} holds plain text files")
@@ -375,12 +375,14 @@ def _ordered(splits: dict[str, Dataset]) -> DatasetDict:
 def _select_splits(corpus: DatasetDict, splits: Sequence[str] | None, data) -> DatasetDict:
     if not corpus:
         raise ValueError(f"no splits found in {data!r}")
-    if splits is None:
-        return corpus
-    missing = [split for split in splits if split not in corpus]
-    if missing:
-        raise ValueError(f"split(s) {missing} not found in {data!r}; it has {list(corpus)}")
-    return DatasetDict({split: corpus[split] for split in splits})
+    if splits is not None:
+        missing = [split for split in splits if split not in corpus]
+        if missing:
+            raise ValueError(f"split(s) {missing} not found in {data!r}; it has {list(corpus)}")
+        corpus = DatasetDict({split: corpus[split] for split in splits})
+    if empty := [split for split, dataset in corpus.items() if len(dataset) == 0]:
+        raise ValueError(f"the {' and '.join(empty)} split(s) of {str(data)!r} hold no sentence pairs")
+    return corpus
 
 
 def _choose_languages(
@@ -613,6 +615,20 @@ def _choose_keys(keys: list[str], languages, where: str) -> tuple[str, str]:
 
 
 # datasets (Hub, local data folders, save_to_disk) ------------------------------------------------------------------
+
+
+def _load_from_disk(path: Path) -> Dataset | DatasetDict:
+    """`datasets.load_from_disk`, with its IndexError on a saved split of no rows named."""
+    try:
+        return load_from_disk(path)
+    except IndexError:
+        states = [path / "state.json"] if (path / "state.json").is_file() else sorted(path.glob("*/state.json"))
+        empty = [state.parent.name for state in states
+                 if not json.loads(state.read_text(encoding="utf-8")).get("_data_files")]
+        if not empty:
+            raise
+        raise ValueError(f"{path}: the {' and '.join(empty)} split(s) hold no rows, which `datasets` cannot load "
+                         "from disk; save the dataset without them") from None
 
 
 def _from_datasets(

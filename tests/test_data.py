@@ -131,6 +131,24 @@ def test_empty_files_are_named_with_their_split(tmp_path):
         load_parallel_corpus(tmp_path, "de", "en")
 
 
+def test_a_split_of_no_pairs_in_any_format_is_named(tmp_path):
+    """A header-only TSV, a JSONL file of blank lines, a save_to_disk split of no rows: one line naming the split
+    (the tokenizing step found no token columns in them: a KeyError; `datasets` cannot load the last: IndexError)."""
+    (tmp_path / "tsv").mkdir()
+    (tmp_path / "tsv" / "train.tsv").write_text("ein Hund\ta dog\n")
+    (tmp_path / "tsv" / "validation.tsv").write_text("de\ten\n")
+    (tmp_path / "jsonl").mkdir()
+    (tmp_path / "jsonl" / "train.jsonl").write_text('{"de": "ein Hund", "en": "a dog"}\n')
+    (tmp_path / "jsonl" / "test.jsonl").write_text("\n  \n")
+    for folder, split in (("tsv", "validation"), ("jsonl", "test")):
+        with pytest.raises(ValueError, match=rf"the {split} split\(s\) of .*{folder}' hold no sentence pairs"):
+            load_parallel_corpus(tmp_path / folder, "de", "en")
+    DatasetDict(train=Dataset.from_dict({"de": ["ein Hund"], "en": ["a dog"]}),
+                validation=Dataset.from_dict({"de": [], "en": []})).save_to_disk(tmp_path / "saved")
+    with pytest.raises(ValueError, match=r"saved: the validation split\(s\) hold no rows, which `datasets` cannot "):
+        load_parallel_corpus(tmp_path / "saved", "de", "en")
+
+
 def test_undecodable_bytes_name_file_and_line(tmp_path):
     (tmp_path / "train.de").write_bytes(b"gut\nschlecht \xc3\x28\n")
     write_lines(tmp_path / "train.en", ["good", "bad"])
