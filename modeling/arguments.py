@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 import yaml
 from huggingface_hub.errors import StrictDataclassError
-from transformers import HfArgumentParser, Seq2SeqTrainingArguments, get_scheduler
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments, Trainer, get_scheduler
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
@@ -159,7 +160,7 @@ class DataArguments:
 
 # Training arguments given as floats: NaN and inf are refused (NaN passes every range check).
 FINITE_FLOATS = ("learning_rate", "warmup_steps", "adam_epsilon", "adam_beta1", "adam_beta2", "weight_decay",
-                 "max_grad_norm", "num_train_epochs")
+                 "max_grad_norm", "num_train_epochs", "label_smoothing_factor")
 
 
 def check_schedule_arguments(name: str, scheduler_kwargs: dict | None, learning_rate: float) -> None:
@@ -318,9 +319,12 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(f"Unknown --eval_strategy {self.eval_strategy!r}; choose one of {strategies}.")
         if self.learning_rate < 0:
             raise ValueError(f"--learning_rate must be >= 0, got {self.learning_rate}.")
-        for name in ("adam_beta1", "adam_beta2"):
+        for name in ("adam_beta1", "adam_beta2", "label_smoothing_factor"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be in [0, 1), got {getattr(self, name)}.")
+        if self.neftune_noise_alpha is not None and not (math.isfinite(self.neftune_noise_alpha)
+                                                         and self.neftune_noise_alpha > 0):
+            raise ValueError(f"--neftune_noise_alpha must be a finite number > 0, got {self.neftune_noise_alpha}.")
         if self.adam_epsilon < 0:
             raise ValueError(f"--adam_epsilon must be >= 0, got {self.adam_epsilon}.")
         if IntervalStrategy(self.eval_strategy) == IntervalStrategy.NO:
@@ -402,12 +406,20 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return values
 
 
-def config_value(name: str, value, converter, config_path: Path):
-    """A config file's `value` for the flag `name` checked as the command line checks it (set_defaults does not):
-    a number for an int or float flag (YAML reads 1e-9 without a dot as a string; 5.5 is no integer; true is no
-    number), text for a text flag. Lists and mappings go to the dataclasses' own checks."""
+def config_value(name: str, value, action: argparse.Action, config_path: Path):
+    """A config file's `value` for the flag `name` (parsed by `action`) checked as the command line checks it
+    (set_defaults does not): a number for an int or float flag (YAML reads 1e-9 without a dot as a string; 5.5 is no
+    integer; true is no number), text for a text flag or one of named choices. Lists and mappings go to the
+    dataclasses' own checks."""
+    converter = action.type
     if value is None or isinstance(value, (list, dict)):
         return value
+    takes_text = converter is str or all(isinstance(choice, str) for choice in action.choices or [None])
+    if takes_text and isinstance(value, bool):  # YAML 1.1: unquoted no/yes/off/on/false/true
+        raise ConfigurationError(
+            f"{name}: {value!r} in {config_path} is YAML's boolean (from an unquoted no, yes, off, on, false or "
+            f"true), but {name} takes text: quote it (e.g. {name}: \"no\")"
+        )
     if converter is str:
         return value if isinstance(value, str) else str(value)
     if converter not in (int, float):
@@ -438,14 +450,19 @@ def parse_arguments(
     if config_path is not None:
         values = read_config_file(config_path)
         actions = {action.dest: action for action in parser._actions}
-        unknown = sorted(set(values) - set(actions) - {"config"})
+        if "config" in values:
+            raise ConfigurationError(
+                f"config: {values['config']!r} in {config_path}: a config file cannot name another; give the one "
+                "to use with --config"
+            )
+        unknown = sorted(set(values) - set(actions))
         if unknown:
             raise ConfigurationError(
                 f"unknown argument(s) {unknown} in {config_path}; arguments are the command-line flags without "
                 "'--' (see scripts/train.py --help)"
             )
         for name, value in values.items():
-            values[name] = config_value(name, value, actions[name].type, config_path)
+            values[name] = config_value(name, value, actions[name], config_path)
         parser.set_defaults(**values)
     try:
         *outputs, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
@@ -575,6 +592,14 @@ def validate_arguments(
             f"{config.max_position_embeddings} positions of the model; lower --max_length or raise "
             "--max_position_embeddings"
         )
+    multiple = training_args.pad_to_multiple_of
+    if multiple is not None and -(-data_args.max_length // multiple) * multiple > config.max_position_embeddings:
+        raise ConfigurationError(
+            f"--pad_to_multiple_of {multiple} pads a pair of --max_length {data_args.max_length} tokens to "
+            f"{-(-data_args.max_length // multiple) * multiple}, beyond the {config.max_position_embeddings} positions "
+            "of the model (the first batch holding such a pair would fail); lower --max_length or "
+            "--pad_to_multiple_of, or raise --max_position_embeddings"
+        )
     if (training_args.generation_max_length or 0) > config.max_position_embeddings:
         raise ConfigurationError(
             f"--generation_max_length {training_args.generation_max_length} (the decoder start token included) "
@@ -603,8 +628,26 @@ def validate_arguments(
             f"--report_to {' '.join(unknown)}: not a logger transformers knows; choose from none, all, "
             f"{', '.join(INTEGRATION_TO_CALLBACK)}"
         )
+    for name in loggers:  # a logger's callback, as the Trainer builds it, fails where its package is missing
+        if name not in ("all", "none"):
+            try:
+                INTEGRATION_TO_CALLBACK[name]()
+            except (ImportError, RuntimeError) as error:
+                raise ConfigurationError(f"--report_to {name}: {error}") from None
+    try:  # the optimizer's class, as the Trainer picks it: one from a package not installed raises ImportError
+        Trainer.get_optimizer_cls_and_kwargs(training_args)
+    except ImportError as error:
+        optim = getattr(training_args.optim, "value", training_args.optim)  # an OptimizerNames member
+        raise ConfigurationError(f"--optim {optim}: {error}") from None
+    except ValueError:  # e.g. GaLore's target modules, which need the model: the Trainer says so itself
+        pass
     if training_args.push_to_hub and not training_args.hub_model_id:
         raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/transformer-multi30k-de-en)")
+    if training_args.push_to_hub:
+        try:
+            validate_repo_id(training_args.hub_model_id)
+        except HFValidationError as error:
+            raise ConfigurationError(f"--hub_model_id {training_args.hub_model_id!r}: {error}") from None
     check_output_dir(training_args.output_dir)
     if training_args.lr_scheduler != NOAM and training_args.learning_rate > 0.05:
         logger.warning(

@@ -63,6 +63,14 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
     )
 
 
+class PairsOverBudgetError(ValueError):
+    """Pairs that exceed the token budget on their own; `indices`: their positions in the lengths given."""
+
+    def __init__(self, message: str, indices: list[int]):
+        super().__init__(message)
+        self.indices = indices
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Yields lists of dataset indices whose padded cost is at most `max_tokens` (see the module doc).
 
@@ -126,9 +134,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 for i in too_long[:3]
             )
             padding = f", padded to multiples of {self.pad_to_multiple_of}" if self.pad_to_multiple_of else ""
-            raise ValueError(
+            raise PairsOverBudgetError(
                 f"{len(too_long)} pair(s) exceed max_tokens={self.max_tokens} on their own "
-                f"(token_count={self.token_count!r}{padding}): {examples}"
+                f"(token_count={self.token_count!r}{padding}): {examples}",
+                too_long.tolist(),
             )
 
     def _pack(self) -> list[list[int]]:

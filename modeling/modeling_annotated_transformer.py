@@ -539,7 +539,8 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.embed_tokens = value
 
-    @capture_outputs  # no `merge_with_config_defaults`: its `use_cache` default would reach the layers, which keep no cache
+    # no `merge_with_config_defaults`: its `use_cache` default would reach the layers, which keep no cache
+    @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
         check_token_ids(input_ids, self.config.src_vocab_size, "input_ids")
         hidden_states = self.embeddings(input_ids, inputs_embeds)

@@ -16,8 +16,8 @@ import os
 import shlex
 import shutil
 from collections.abc import Sequence
-from fnmatch import fnmatchcase
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import datasets
@@ -33,6 +33,7 @@ from .arguments import (
     model_config,
     validate_arguments,
 )
+from .batching import PairsOverBudgetError
 from .checkpoints import (
     ARCHITECTURE_FIELDS,
     CHECKPOINT_PATTERN,
@@ -51,7 +52,12 @@ from .model_card import MODEL_CARD_NAME, model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .run_lock import RUN_LOCK_NAME, RunLock
-from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
+from .tokenization import (
+    dataset_texts,
+    load_tokenizers,
+    same_vocabulary,
+    train_tokenizer,
+)
 from .trainer import TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
 from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME
 
@@ -165,7 +171,8 @@ RUN_FILE_PATTERNS = (
 
 
 def not_run_files(directory: Path) -> list[str]:
-    """The entries at the top of `directory` that no training run writes (`RUN_FILE_PATTERNS`, the code files), sorted."""
+    """The entries at the top of `directory` that no training run writes (`RUN_FILE_PATTERNS`, the code files),
+    sorted."""
     code_files = {path.name for path in Path(__file__).parent.glob("*.py")}
     return sorted(
         path.name for path in directory.iterdir()
@@ -226,14 +233,21 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     )
 
 
-def check_token_budget(train_dataset, training_args) -> None:
-    """Build the token-budget batches as the Trainer will, so a pair longer than --max_tokens fails before training."""
+def check_token_budget(train_dataset, training_args, train_texts=None) -> None:
+    """Build the token-budget batches as the Trainer will, so a pair longer than --max_tokens fails before training.
+    The message quotes the first such pair's source from `train_texts` (the kept pairs as text, row for row): its
+    index counts the pairs kept after filtering, no line of the files."""
     try:
         token_budget_sampler(train_dataset, training_args)
     except ValueError as error:
+        quoted = ""
+        if isinstance(error, PairsOverBudgetError) and train_texts is not None:
+            source = train_texts[error.indices[0]]["source"]
+            quoted = f" (indices count the pairs kept after filtering; index {error.indices[0]} is the pair " \
+                     f"{source[:60] + '...' if len(source) > 60 else source!r})"
         raise ConfigurationError(
-            f"--max_tokens {training_args.max_tokens} is too small for the training data: {error}; raise --max_tokens, "
-            "or lower --max_length (longer pairs are filtered out)"
+            f"--max_tokens {training_args.max_tokens} is too small for the training data: {error}{quoted}; raise "
+            "--max_tokens, or lower --max_length (longer pairs are filtered out)"
         ) from None
 
 
@@ -420,7 +434,7 @@ def setup_training(
                     "pair with text on both sides"
                 )
         if training_args.max_tokens is not None:
-            check_token_budget(tokenized["train"], training_args)
+            check_token_budget(tokenized["train"], training_args, corpus["train"])
         run_lock = RunLock(output_dir) if first else None
         if first:  # every check passed: now the run may write, once no other run writes into output_dir
             run_lock.acquire()

@@ -628,6 +628,39 @@ def test_unknown_config_keys_are_refused(tmp_path):
     config.write_text("d_modle: 32\n")
     with pytest.raises(ConfigurationError, match=r"unknown argument\(s\) \['d_modle'\]"):
         parse_arguments(["--config", str(config)])
+    config.write_text("config: other.yaml\nmax_steps: 3\n")  # was ignored: other.yaml's values never applied
+    with pytest.raises(ConfigurationError, match=r"config: 'other.yaml' in .*bad.yaml: a config file cannot name "):
+        parse_arguments(["--config", str(config)])
+
+
+@pytest.mark.parametrize("line", ["eval_strategy: no", "source_lang: no", "save_strategy: no"])
+def test_a_yaml_boolean_for_a_text_flag_is_refused_with_the_fix(tmp_path, line):
+    """YAML 1.1 reads an unquoted no/off as false: the flag got the text 'False' ("Unknown --eval_strategy 'False'",
+    "language 'False' not found")."""
+    config = tmp_path / "bool.yaml"
+    config.write_text(line + "\n")
+    name = line.split(":")[0]
+    with pytest.raises(ConfigurationError, match=rf"^{name}: False in .*bool.yaml is YAML's boolean .* quote it"):
+        parse_arguments(["--config", str(config)])
+    config.write_text(f'{name}: "no"\n' + ("load_best_model_at_end: false\n" if name == "save_strategy" else ""))
+    value = getattr(parse_arguments(["--config", str(config)])[1 if name == "source_lang" else 2], name)
+    assert getattr(value, "value", value) == "no"  # the strategies become enums
+
+
+def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything_is_written(tmp_path):
+    """The Trainer builds them after the tokenizer and the run's lock are written: the folder was left half-made."""
+    import importlib.util
+
+    cases = [(["--report_to", name], rf"^--report_to {name}: .*install") for name in ("wandb", "mlflow", "clearml")
+             if importlib.util.find_spec(name) is None][:1]
+    if importlib.util.find_spec("bitsandbytes") is None:
+        cases.append((["--optim", "adamw_bnb_8bit"], r"^--optim adamw_bnb_8bit: .*install `bitsandbytes`"))
+    if not cases:
+        pytest.skip("wandb, mlflow, clearml and bitsandbytes are all installed")
+    for extra, message in cases:
+        with pytest.raises(ConfigurationError, match=message):
+            run_in_process(tmp_path / "out", *extra)
+        assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -665,10 +698,19 @@ def test_unknown_config_keys_are_refused(tmp_path):
                                               r"one of \['loss', 'bleu', 'chrf'"),
         (["--report_to", "tensorbored"], r"^--report_to tensorbored: not a logger transformers knows"),
         (["--label_smoothing_factor", "0.1"], r"^label smoothing is set twice"),
+        (["--label_smoothing", "0", "--label_smoothing_factor", "nan"],
+         r"^--label_smoothing_factor must be a finite number, got nan"),
+        (["--label_smoothing", "0", "--label_smoothing_factor", "1.5"],
+         r"^--label_smoothing_factor must be in \[0, 1\), got 1.5"),
+        (["--neftune_noise_alpha", "nan"], r"^--neftune_noise_alpha must be a finite number > 0, got nan"),
+        (["--max_length", "250", "--pad_to_multiple_of", "100"],
+         r"^--pad_to_multiple_of 100 pads a pair of --max_length 250 tokens to 300, beyond the 256 positions"),
+        (["--push_to_hub", "true", "--hub_model_id", "bad id/x/y"], r"^--hub_model_id 'bad id/x/y': Repo id must be"),
         (["--source_lang", "de"], r"^--source_lang de: the synthetic copy task has no languages; give the corpus"),
         # found in the data: the tokenizer is trained, but nothing is written
         (["--max_tokens", "8"], r"^--max_tokens 8 is too small for the training data: .* exceed max_tokens=8 on "
-                                r"their own \(token_count=.*\): index .*; raise --max_tokens, or lower --max_length"),
+                                r"their own \(token_count=.*\): index .* \(indices count the pairs kept after "
+                                r"filtering; index \d+ is the pair '.*'\); raise --max_tokens, or lower --max_length"),
         (["--max_length", "1"], r"^--max_length 1: no train pairs are left after filtering"),
     ],
 )
