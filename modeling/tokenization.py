@@ -62,16 +62,22 @@ def read_lines(path: str | os.PathLike) -> Iterator[str]:
 
     Only "\\n" (and a "\\r" before it) ends a line, as for `wc -l`: characters that `str.splitlines` would also
     split on (U+2028, form feed, ...) stay inside the line. A UTF-8 byte order mark at the start is dropped.
-    Undecodable bytes, and a `.gz` file that is not gzip or is cut short, raise `ValueError` naming the file.
+    Undecodable bytes, and a `.gz` file that is not gzip or is cut short, raise `ValueError` naming the file. A
+    "\\r" inside a line (a file with old Mac line endings reads as one line) is warned of, once per file.
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    number = 0
+    number, warned = 0, False
     try:
         with opener(path, "rb") as handle:
             for number, raw in enumerate(handle, start=1):
                 raw = raw[:-1] if raw.endswith(b"\n") else raw
                 raw = raw[:-1] if raw.endswith(b"\r") else raw
+                if not warned and b"\r" in raw:
+                    warned = True
+                    logger.warning("%s: line %d holds a carriage return (\\r) inside it; only \\n ends a line, so a "
+                                   "file with \\r line endings (old Mac) reads as one line: convert it with "
+                                   "tr '\\r' '\\n'", path, number)
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as error:

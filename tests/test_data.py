@@ -366,6 +366,20 @@ def test_read_lines_is_what_the_loaders_use_for_text_files(tmp_path):
     assert list(read_lines(tmp_path / "x.gz")) == ["eins", "", " zwei "]
 
 
+def test_carriage_return_line_endings_are_warned_of(tmp_path, caplog):
+    """Only \\n ends a line: a file with \\r endings is one line (two such files made one training pair, silently)."""
+    (tmp_path / "mac.de").write_bytes(b"eins\rzwei\rdrei\r")
+    (tmp_path / "dos.de").write_bytes(b"eins\r\nzwei\r\n")
+    with caplog.at_level(logging.WARNING):
+        assert list(read_lines(tmp_path / "dos.de")) == ["eins", "zwei"]
+        assert not caplog.records
+        assert list(read_lines(tmp_path / "mac.de")) == ["eins\rzwei\rdrei"]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{tmp_path / 'mac.de'}: line 1 holds a carriage return (\\r) inside it; only \\n ends a line, so a file with "
+        "\\r line endings (old Mac) reads as one line: convert it with tr '\\r' '\\n'"
+    ]
+
+
 def test_text_files_and_their_tokens_are_cached_and_reused_while_nothing_changes(tmp_path, monkeypatch):
     """A second run (fresh tokenizer object loaded from disk) reads the Arrow files the first one wrote; edited text
     or another tokenizer is not served from the cache."""
