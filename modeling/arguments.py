@@ -414,7 +414,8 @@ def config_value(name: str, value, action: argparse.Action, config_path: Path):
     converter = action.type
     if value is None or isinstance(value, (list, dict)):
         return value
-    takes_text = converter is str or all(isinstance(choice, str) for choice in action.choices or [None])
+    takes_text = converter is str or (action.choices is not None
+                                      and all(isinstance(choice, str) for choice in action.choices))
     if takes_text and isinstance(value, bool):  # YAML 1.1: unquoted no/yes/off/on/false/true
         raise ConfigurationError(
             f"{name}: {value!r} in {config_path} is YAML's boolean (from an unquoted no, yes, off, on, false or "
