@@ -7,10 +7,12 @@ the Hub reads the languages, license, tags and the results table (`model-index`)
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -129,6 +131,22 @@ def write_model_card(
     return path
 
 
+def best_checkpoint_note(best: str, output_dir: Path, metric: str) -> str:
+    """The note on the saved model's scores: the best checkpoint, by its folder name where it is this run's, by its
+    path where it is not (a run resumed from another folder's checkpoint may keep that folder's best)."""
+    shown = Path(best).name if Path(best).resolve().parent == Path(output_dir).resolve() else best
+    return f" (the best on validation {metric}: {shown})"
+
+
+def usage_example(model_id: str, source: str) -> dict[str, str]:
+    """The "How to use" fields: the model's id, as a Python string and as one shell word, and a source sentence as a
+    Python string literal (quotes, backslashes and newlines escaped) and as one shell word (no `$` expansion)."""
+    return {
+        "model_id": model_id, "model_id_shell": shlex.quote(model_id),
+        "example_source_python": json.dumps(source, ensure_ascii=False), "example_source_shell": shlex.quote(source),
+    }
+
+
 def model_card_context(
     trainer, model_args, data_args, training_args, corpus, filter_report, results, signatures, *, config_path,
     command, training_seconds: float | None = None,
@@ -213,9 +231,8 @@ def model_card_context(
         data_description = f"Parallel corpus `{where}`, {pair}."
     data_splits = [{"split": split, **filter_report[split]} for split in filter_report]
     best = state.best_model_checkpoint
-    best_note = ""
-    if best and training_args.load_best_model_at_end:
-        best_note = f" (the best on validation {training_args.metric_for_best_model}: {Path(best).name})"
+    best_note = best_checkpoint_note(best, output_dir, training_args.metric_for_best_model) \
+        if best and training_args.load_best_model_at_end else ""
     example = corpus["test" if "test" in corpus else "train"][0]["source"]
     config_text = config_path.read_text(encoding="utf-8").strip() if config_path is not None else None
     return {
@@ -224,11 +241,10 @@ def model_card_context(
             dataset_name=dataset_id, hub_dataset=None if synthetic else hub_dataset_id(data_args.dataset_name),
         ),
         "model_name": model_name,
-        "model_id": training_args.hub_model_id or str(output_dir),
+        **usage_example(training_args.hub_model_id or str(output_dir), example),
         "task_description": (
             f"the {task} task" if synthetic else f"translation {source_lang or 'source'} -> {target_lang or 'target'}"
         ),
-        "example_source": example.replace('"', '\\"'),
         "num_beams": training_args.generation_num_beams,
         "architecture": architecture,
         "hyperparameters": hyperparameters,
@@ -330,7 +346,9 @@ def _with_evaluation_metadata(text: str, results: Mapping, model_name: str) -> s
     known = (data.eval_results or [None])[0]
     test_set = results.get("test_set") or {}
     dataset = corpus_id(test_set["data_dir"]) if test_set.get("data_dir") else "custom"
-    task_name = known.task_name if known else _task_name(test_set.get("source_lang"), test_set.get("target_lang"))
+    languages = data.language if isinstance(data.language, list) and len(data.language) == 2 else (None, None)
+    task_name = known.task_name if known else _task_name(test_set.get("source_lang") or languages[0],
+                                                         test_set.get("target_lang") or languages[1])
     evaluation = _eval_results(results, task_name, dataset, dataset, metric_config=f"beam {results['num_beams']}")
     kept = [old for old in data.eval_results or [] if not any(old.is_equal_except_value(new) for new in evaluation)]
     data.eval_results = kept + evaluation
@@ -359,7 +377,7 @@ def renamed_card(card: ModelCard, name: str, model_id: str) -> ModelCard:
     if loaded:  # only where the id stands (a short folder name such as "o" is part of other words too)
         old = loaded.group(1)
         section = usage.group(0).replace(f'from_pretrained("{old}"', f'from_pretrained("{model_id}"')
-        section = section.replace(f"translate.py {old} ", f"translate.py {model_id} ")
+        section = section.replace(f"translate.py {shlex.quote(old)} ", f"translate.py {shlex.quote(model_id)} ")
         text = text[: usage.start()] + section + text[usage.end():]
     card.text = text
     return card

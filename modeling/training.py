@@ -88,7 +88,7 @@ def resolve_checkpoint(training_args) -> str | None:
             f"--resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}"
             + (f" (incomplete: {', '.join(path.name for path in checkpoints)})" if checkpoints else "")
             + ("; start the run again with --overwrite_output_dir or in a new folder"
-               if holds_run(output_dir) and not holds_model(output_dir) else "")
+               if output_dir.is_dir() and holds_run(output_dir) and not holds_model(output_dir) else "")
         )
     problem = checkpoint_problem(value)
     if problem is not None:
@@ -348,12 +348,16 @@ def cpu_threads_per_process() -> int:
 
 
 def launch_command(argv: Sequence[str], world_size: int, distributed_type: str) -> str:
-    """The command line of this run, for the model card (accelerate's config file, if any, is not visible here)."""
+    """The command line of this run, for the model card: accelerate's flags as its launcher hands them to the script
+    (the environment) where they change the run, i.e. the processes and mixed precision (accelerate's config file, if
+    any, is not visible here)."""
     launcher = "accelerate launch"
     if distributed_type == "FSDP":
         launcher += f" --use_fsdp --num_processes {world_size}"
     elif world_size > 1:
         launcher += f" --multi_gpu --num_processes {world_size}"
+    if (precision := os.environ.get("ACCELERATE_MIXED_PRECISION", "no")) != "no":
+        launcher += f" --mixed_precision {precision}"
     return f"{launcher} scripts/train.py {shlex.join(argv)}".strip()
 
 

@@ -39,6 +39,48 @@ def test_a_short_folder_name_is_replaced_only_where_it_names_the_model():
     assert "Post-norm, one output projection." in card.text  # other sections untouched
 
 
+def test_the_usage_example_quotes_the_sentence_for_python_and_the_shell():
+    """A test sentence with quotes, a literal backslash-n and a `$`: Python read \\n as a newline, the shell
+    expanded $HOME."""
+    import ast
+    import shlex
+
+    from modeling.model_card import usage_example
+
+    source = 'Er sagte "Hallo" und zahlte $HOME \\n zurück'
+    fields = usage_example("runs/my model", source)
+    assert ast.literal_eval(fields["example_source_python"]) == source
+    line = f"python scripts/translate.py {fields['model_id_shell']} {fields['example_source_shell']} --num_beams 4"
+    assert shlex.split(line)[2:4] == ["runs/my model", source]
+    quoted = CARD.replace('"o"', '"runs/my model"').replace("translate.py o ", "translate.py 'runs/my model' ")
+    renamed = renamed_card(ModelCard(quoted), "me/tiny", "me/tiny").text
+    assert 'from_pretrained("me/tiny"' in renamed and 'translate.py me/tiny "Ein Hund."' in renamed
+
+
+def test_an_evaluation_of_files_takes_the_cards_languages_for_its_task(tmp_path):
+    """An averaged model's card has no scores left to copy the task name from; its metadata has the languages."""
+    from modeling.model_card import record_evaluation
+
+    (tmp_path / "README.md").write_text("---\nlanguage:\n- de\n- en\nmodel_name: averaged\n---\n# averaged\n")
+    signatures = {"bleu": "b", "chrf": "c", "bleu_lowercase": "l"}
+    results = {"split": "test.de", "num_beams": 4, "sentences": 2, "bleu": 20.0, "chrf": 40.0, "bleu_lowercase": 21.0,
+               "exact_match": 0.0, "signatures": signatures,
+               "test_set": {"source_file": "/data/test.de", "reference_file": "/data/test.en"}}
+    record_evaluation(tmp_path, results, "evaluate.py averaged")
+    evaluations = ModelCard.load(tmp_path / "README.md").data.eval_results
+    assert [evaluation.task_name for evaluation in evaluations] == ["Translation de-en"] * 2
+
+
+def test_the_best_checkpoint_of_another_folder_is_named_by_its_path(tmp_path):
+    from modeling.model_card import best_checkpoint_note
+
+    run = tmp_path / "run"
+    note = best_checkpoint_note(str(run / "checkpoint-30"), run, "bleu")
+    assert note == " (the best on validation bleu: checkpoint-30)"
+    other = str(tmp_path / "other" / "checkpoint-30")  # resumed from there: its weights are not in run/
+    assert best_checkpoint_note(other, run, "bleu") == f" (the best on validation bleu: {other})"
+
+
 def test_hidden_files_stay_local(tmp_path):
     for name in ("config.json", ".env", "sub/.netrc", "sub/vocab.txt"):
         (tmp_path / name).parent.mkdir(exist_ok=True)

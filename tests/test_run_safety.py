@@ -111,6 +111,12 @@ def test_overwrite_output_dir_refuses_a_run_folder_that_also_holds_other_files(e
     assert snapshot(folder) == before
 
 
+def test_resuming_the_last_checkpoint_of_a_folder_that_does_not_exist_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"--resume_from_checkpoint last: no complete checkpoint-\* folder in "
+                                                 r".*missing$"):
+        run(tmp_path / "missing", "--max_steps", "2", "--resume_from_checkpoint", "last")
+
+
 def test_overwrite_output_dir_refuses_a_folder_that_holds_no_run(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()

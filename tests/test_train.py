@@ -165,6 +165,18 @@ def test_the_cards_hub_datasets_entry_is_only_a_hub_dataset_id(tmp_path, monkeyp
     assert local.datasets is None and {r.dataset_type for r in local.eval_results} == {"local_ds"}
 
 
+def test_the_cards_command_keeps_accelerates_mixed_precision(monkeypatch):
+    """`accelerate launch --mixed_precision bf16` reaches the script as ACCELERATE_MIXED_PRECISION only: the card's
+    command left it out, and ran in fp32."""
+    from modeling.training import launch_command
+
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    assert launch_command(["--max_steps", "2"], 1, "NO") == "accelerate launch scripts/train.py --max_steps 2"
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert launch_command(["--max_steps", "2"], 2, "MULTI_GPU") == (
+        "accelerate launch --multi_gpu --num_processes 2 --mixed_precision bf16 scripts/train.py --max_steps 2")
+
+
 def test_model_card_template_fields_must_all_be_given():
     from modeling.model_card import render_model_card
 
