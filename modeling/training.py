@@ -12,6 +12,7 @@ the data, and writes nothing into output_dir until every check has passed: a bad
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shlex
 import shutil
@@ -106,6 +107,36 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint} holds another architecture ({'; '.join(differences)}): resume "
             "with the run's own arguments (its config file) or start a new run"
+        )
+
+
+def refuse_other_optimization(checkpoint: str, training_args) -> None:
+    """Refuse to resume with another learning rate, Adam betas or epsilon, or weight decay than the checkpoint's: its
+    optimizer and schedule state (`optimizer.pt`, `scheduler.pt`) bring back its own, so the arguments given would be
+    silently ignored and the model card would report them. Read memory-mapped: only the small settings are loaded."""
+    checkpoint = Path(checkpoint)
+    saved, given = {}, {}
+    if (checkpoint / "scheduler.pt").is_file():
+        base_rates = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True).get("base_lrs")
+        if base_rates:
+            saved["learning_rate"], given["learning_rate"] = base_rates[0], training_args.learning_rate
+    if (checkpoint / "optimizer.pt").is_file():
+        groups = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True, mmap=True).get(
+            "param_groups") or []
+        if groups and "betas" in groups[0]:
+            saved["adam_beta1"], saved["adam_beta2"] = groups[0]["betas"]
+            given["adam_beta1"], given["adam_beta2"] = training_args.adam_beta1, training_args.adam_beta2
+        if groups and "eps" in groups[0]:
+            saved["adam_epsilon"], given["adam_epsilon"] = groups[0]["eps"], training_args.adam_epsilon
+        if groups and "weight_decay" in groups[0]:  # the Trainer's groups: decayed weights, then biases and norms at 0
+            saved["weight_decay"] = max(group["weight_decay"] for group in groups)
+            given["weight_decay"] = training_args.weight_decay
+    differences = [f"--{name} {saved[name]:g} there, {given[name]:g} here" for name in saved
+                   if not math.isclose(saved[name], given[name], rel_tol=1e-6, abs_tol=1e-12)]
+    if differences:
+        raise ConfigurationError(
+            f"--resume_from_checkpoint {checkpoint}: its optimizer and schedule continue with their own settings "
+            f"({'; '.join(differences)}), so the ones given would be ignored; resume with the run's own values"
         )
 
 
@@ -389,6 +420,7 @@ def setup_training(
     if resuming:
         refuse_finished_run(checkpoint, training_args)
         refuse_other_architecture(checkpoint, config)
+        refuse_other_optimization(checkpoint, training_args)
         warn_of_later_checkpoints(checkpoint)
         warn_of_missing_random_state(checkpoint, training_args)
     refuse_earlier_run(training_args, checkpoint)
@@ -531,6 +563,8 @@ def train(
         if trainer.is_world_process_zero():
             trainer.save_metrics("all", metrics)
             command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
+            if setup.checkpoint is not None:  # the earlier launches' commands are nowhere in the checkpoint
+                command = f"# this launch resumed {setup.checkpoint}; the run's earlier launches are not shown\n{command}"
             context = model_card_context(
                 trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
                 config_path=config_path, command=command,

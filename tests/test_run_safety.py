@@ -111,6 +111,23 @@ def test_overwrite_output_dir_refuses_a_run_folder_that_also_holds_other_files(e
     assert snapshot(folder) == before
 
 
+def test_resuming_with_other_optimizer_settings_is_refused_and_the_card_says_what_was_resumed(earlier_run, tmp_path):
+    """The checkpoint's optimizer and schedule state bring back its learning rate, betas, epsilon and weight decay:
+    other values given were ignored, and the card reported them (and only the last launch's command)."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    for extra, message in ((["--learning_rate", "3.5"], r"--learning_rate [\d.e-]+ there, 3.5 here"),
+                           (["--adam_beta2", "0.9", "--weight_decay", "0.25"],
+                            r"--adam_beta2 0.98 there, 0.9 here; --weight_decay 0 there, 0.25 here")):
+        with pytest.raises(ConfigurationError, match=r"checkpoint-8: its optimizer and schedule continue with their "
+                                                     rf"own settings \({message}\), so the ones given would be ignored"):
+            run(folder, "--max_steps", "10", "--resume_from_checkpoint", "last", *extra)
+    run(folder, "--max_steps", "10", "--resume_from_checkpoint", "last")
+    command = (folder / "README.md").read_text().split("## Command\n\n```bash\n")[1]
+    assert command.startswith(f"# this launch resumed {folder / 'checkpoint-8'}; the run's earlier launches are not "
+                              "shown\naccelerate launch scripts/train.py")
+
+
 def test_resuming_the_last_checkpoint_of_a_folder_that_does_not_exist_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigurationError, match=r"--resume_from_checkpoint last: no complete checkpoint-\* folder in "
                                                  r".*missing$"):
