@@ -564,7 +564,8 @@ def train(
             trainer.save_metrics("all", metrics)
             command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
             if setup.checkpoint is not None:  # the earlier launches' commands are nowhere in the checkpoint
-                command = f"# this launch resumed {setup.checkpoint}; the run's earlier launches are not shown\n{command}"
+                resumed = f"# this launch resumed {setup.checkpoint}; the run's earlier launches are not shown"
+                command = f"{resumed}\n{command}"
             context = model_card_context(
                 trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
                 config_path=config_path, command=command,

@@ -1,7 +1,8 @@
 """Benchmark our Transformer against a transformers MarianMTModel of identical dimensions, and the data pipeline.
 
 `python scripts/benchmark.py --quick` (a few minutes on 2 CPU cores); `--help` lists the options. Prints a table
-and writes every figure, with the environment, to JSON (default benchmarks/results-<device>[-quick].json).
+and writes every figure, with the environment, to JSON (default outputs/benchmarks/results-<device>[-quick]-<UTC
+time>.json, a new file each run), after each section: Ctrl-C keeps what was measured.
 What each figure means and how it is measured: modeling/benchmarking/ (each module's doc).
 """
 
@@ -19,9 +20,17 @@ def main(argv=None) -> None:
         settings = settings_from_arguments(parser.parse_args(argv))
     except ValueError as error:
         parser.error(str(error))
-    results = run_benchmark(settings, train_script=TRAIN_SCRIPT, log=lambda message: print(message, file=sys.stderr))
+    try:
+        results = run_benchmark(
+            settings, train_script=TRAIN_SCRIPT, log=lambda message: print(message, file=sys.stderr),
+            save=lambda results: write_results(results, settings.output),
+        )
+    except ValueError as error:  # a corpus that gives no lengths, found before any measuring
+        parser.error(str(error))
+    except KeyboardInterrupt:
+        sys.exit(f"benchmark.py: interrupted; the sections measured until then are in {settings.output}")
     print(format_table(results))
-    print(f"\nwrote {write_results(results, settings.output)}")
+    print(f"\nwrote {settings.output}")
     if results.get("errors"):
         sys.exit("benchmark.py: failed: " + "; ".join(f"{part}: {error}" for part, error in results["errors"].items()))
 

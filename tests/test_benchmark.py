@@ -4,6 +4,7 @@ No timing is asserted: only that the figures exist, are positive where they must
 ours / Marian."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -221,7 +222,9 @@ def test_settings_defaults_quick_and_errors():
     full, quick = parse(), parse("--quick")
     assert (full.sizes, full.max_tokens, full.data_pairs, full.dtype) == (["small", "base"], 2048, 4_500_000, "fp32")
     assert quick.sizes == ["small"] and quick.steps < full.steps and quick.data_pairs < full.data_pairs
-    assert quick.output == "benchmarks/results-cpu-quick.json"
+    # a new file each run, in a git-ignored folder: never an earlier run's or a committed result
+    assert re.fullmatch(r"outputs/benchmarks/results-cpu-quick-\d{8}-\d{6}\.json", quick.output)
+    assert re.fullmatch(r"outputs/benchmarks/results-cpu-\d{8}-\d{6}\.json", full.output)
     assert parse("--quick", "--steps", "7").steps == 7  # explicit flags win
     with pytest.raises(ValueError, match="--sizes huge: choose"):
         parse("--sizes", "huge")
@@ -306,6 +309,55 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     assert "cross-entropy; parameters" in table and "smoothing 0.1 (Marian: LabelSmoother); parameters" in table
     steady = written["train"]["tiny"]["cross_entropy"]["steady"]["ours"]
     assert steady["target_tokens_per_s_best"] >= steady["target_tokens_per_s"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--seed", "-1"], r"--seed must be in \[0, 2\*\*32\), got -1"),
+    (["--vocab_size", "4"], r"--vocab_size must be above the 4 special tokens, got 4"),
+    (["--output", "."], r"--output \. is a directory; give a file path"),
+    (["--output", "no/such/folder/results.json"], r"--output no/such/folder/results.json: the folder no/such/folder "
+                                                  r"does not exist"),
+])
+def test_bad_settings_are_refused_before_any_measuring(tmp_path, extra, message):
+    """The output is checked first: it was written last, after the whole run, and a bad path lost every figure."""
+    with pytest.raises(ValueError, match=message):
+        settings_from_arguments(build_parser().parse_args(tiny_arguments(tmp_path, *extra)))
+
+
+def test_a_corpus_without_lengths_is_named_before_any_measuring(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "matmul_peak", lambda *args: pytest.fail("measured before the corpus was read"))
+    (tmp_path / "corpus").mkdir()
+    for language, text in (("de", "ein langer Satz mit vielen Wörtern\n"), ("en", "a long sentence of many words\n")):
+        (tmp_path / "corpus" / f"train.{language}").write_text(text * 20)
+    arguments = tiny_arguments(tmp_path, "--data_dir", str(tmp_path / "corpus"), "--vocab_size", "260",
+                               "--max_length", "2")
+    with pytest.raises(ValueError, match=r"corpus: no training pair is left after filtering with max_length 2"):
+        run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+
+
+def test_each_finished_section_is_saved_and_an_interrupted_run_keeps_them(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    saved = []
+    arguments = tiny_arguments(tmp_path, "--only", "train", "generate", "--num_beams", "1", "--label_smoothing", "0")
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None,
+                      save=lambda results: saved.append(json.loads(json.dumps(results))))
+    assert [("train" in snapshot, "generate" in snapshot) for snapshot in saved] == [
+        (False, False), (True, False), (True, True), (True, True)]  # lengths and peak, train, generate, the end
+    assert "tiny" in saved[1]["train"] and "benchmark_seconds" in saved[-1]["environment"]
+
+    def interrupted(settings, train_script, log, save):  # Ctrl-C during the second section
+        save({"train": {"tiny": "measured"}})
+        raise KeyboardInterrupt
+
+    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "run_benchmark", interrupted)
+    with pytest.raises(SystemExit, match=r"interrupted; the sections measured until then are in .*results.json"):
+        script.main(arguments)
+    assert json.loads((tmp_path / "results.json").read_text()) == {"train": {"tiny": "measured"}}
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):

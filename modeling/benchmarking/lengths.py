@@ -60,7 +60,9 @@ def corpus_lengths(
     """Token lengths of a corpus's training split, tokenized as `modeling.training` does it."""
     corpus = load_parallel_corpus(data_dir, source_lang, target_lang, splits=["train"])
     tokenizer = train_tokenizer(dataset_texts(corpus["train"]), vocab_size=vocab_size)
-    _, tokenized, _ = prepare_pairs(corpus, tokenizer, max_length=max_length)
+    _, tokenized, report = prepare_pairs(corpus, tokenizer, max_length=max_length)
+    if len(tokenized["train"]) == 0:
+        raise ValueError(f"no training pair is left after filtering with max_length {max_length} ({report['train']})")
     source, target = token_lengths(tokenized["train"])
     origin = f"{data_dir} train {source_lang}-{target_lang}, BPE {len(tokenizer)} tokens, max_length {max_length}"
     return PairLengths(source, target, origin)

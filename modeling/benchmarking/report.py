@@ -26,9 +26,17 @@ def comparison(figures: dict[str, dict]) -> dict:
 
 
 def write_results(results: dict, path: str | os.PathLike) -> Path:
+    """Write `results` as JSON to `path`, replacing a file whole: through a temporary file beside it, so an
+    interrupted write leaves the earlier version."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(results, indent=2) + "\n"
+    if path.exists() and not path.is_file():  # /dev/null, a named pipe: written to, never replaced
+        path.write_text(text, encoding="utf-8")
+        return path
+    temporary = path.with_name(f".{path.name}.writing")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
     return path
 
 

@@ -68,25 +68,31 @@ def environment(settings: BenchmarkSettings) -> dict:
     }
 
 
-def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None, log=print) -> dict:
+def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None, log=print, save=None) -> dict:
     """Every figure the settings ask for, as one JSON-ready dict; `train_script` (scripts/train.py) is launched for
-    the data section's time to the first step."""
+    the data section's time to the first step. `save(results)` is called after each section and size, so a run
+    stopped midway keeps what it measured. A corpus that gives no lengths raises ValueError before any measuring."""
     start = time.perf_counter()
     datasets.disable_progress_bars()
     torch.set_num_threads(settings.threads)
     device = torch.device(settings.device)
     results = {"environment": environment(settings), "settings": settings.to_dict()}
+    save = save or (lambda results: None)
     log = _with_elapsed_time(log, start)
-    log("measuring the matmul peak")
-    results["matmul_peak"] = matmul_peak(device, settings.dtype, settings.peak_matmul_size)
     if settings.data_dir and Path(settings.data_dir).is_dir():
         log(f"tokenizing {settings.data_dir} for its lengths")
-        lengths = corpus_lengths(settings.data_dir, settings.source_lang, settings.target_lang, settings.vocab_size,
-                                 settings.max_length)
+        try:
+            lengths = corpus_lengths(settings.data_dir, settings.source_lang, settings.target_lang,
+                                     settings.vocab_size, settings.max_length)
+        except (ValueError, KeyError, OSError, datasets.exceptions.DatasetsError) as error:
+            raise ValueError(f"--data_dir {settings.data_dir}: {error}") from None
     else:
         log(f"{settings.data_dir} not found: synthetic Multi30k-like lengths")
         lengths = synthetic_lengths(seed=settings.seed)
     results["lengths"] = lengths.summary()
+    log("measuring the matmul peak")
+    results["matmul_peak"] = matmul_peak(device, settings.dtype, settings.peak_matmul_size)
+    save(results)
     peak = results["matmul_peak"]["flops_per_s"]
     per_size = {
         "train": lambda size: benchmark_training(size, settings, lengths, peak),
@@ -103,11 +109,13 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
             for size in settings.sizes:
                 log(f"{section}: {size}")
                 _keep_going(results, (section, size), lambda: benchmark(size), log)
+                save(results)
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
         _keep_going(results, ("data",), lambda: benchmark_data(settings, train_script), log)
     results["environment"]["load_average_at_end"] = os.getloadavg()[0]
     results["environment"]["benchmark_seconds"] = time.perf_counter() - start
+    save(results)
     log("done")
     return results
 

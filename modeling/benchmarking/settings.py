@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from ..command_line import check_output_file
+from .lengths import FIRST_ORDINARY_ID
 from .measure import DTYPES
 from .models import SIZES
 
@@ -16,6 +20,7 @@ DEVICES = ("cpu", "cuda")
 CACHES = ("dynamic", "static")  # generate()'s cache: a static one lets it compile the decoding step on a GPU
 DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
 WMT14_PAIRS = 4_500_000
+DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 
 # A default is taken from the first of: the command line, QUICK_DEFAULTS (with --quick), DEVICE_DEFAULTS, DEFAULTS.
 DEFAULTS = dict(
@@ -91,6 +96,13 @@ class BenchmarkSettings:
             )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"--pad_to_multiple_of must be at least 1 (or left out), got {self.pad_to_multiple_of}.")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"--seed must be in [0, 2**32), got {self.seed}.")
+        if self.vocab_size <= FIRST_ORDINARY_ID:  # the batches' random tokens are drawn from the ordinary ids
+            raise ValueError(
+                f"--vocab_size must be above the {FIRST_ORDINARY_ID} special tokens, got {self.vocab_size}."
+            )
+        check_output_file(Path(self.output))  # before any measuring: a run's figures must not be lost at the end
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -145,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--peak_matmul_size", type=int, help="n of the n x n matmul that measures the peak (CPU: 2048; GPU: 8192).")
     add("--threads", type=int, help=f"torch threads (this machine's default: {torch.get_num_threads()}).")
     add("--seed", type=int, help="Seed of the lengths, batches and weights (0).")
-    add("--output", help="JSON file to write (benchmarks/results-<device>[-quick].json).")
+    add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
+                         "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
+                         "a new file each run).")
     return parser
 
 
@@ -158,5 +172,8 @@ def settings_from_arguments(arguments: argparse.Namespace) -> BenchmarkSettings:
         raise ValueError(f"--device {device!r}: choose one of {list(DEVICES)}.")
     values = {**DEFAULTS, **DEVICE_DEFAULTS[device], **(QUICK_DEFAULTS if quick else {}), **given}
     values.setdefault("threads", torch.get_num_threads())
-    values.setdefault("output", f"benchmarks/results-{device}{'-quick' if quick else ''}.json")
+    if "output" not in values:  # never an earlier run's file (nor a committed one)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        Path(DEFAULT_OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
+        values["output"] = f"{DEFAULT_OUTPUT_DIR}/results-{device}{'-quick' if quick else ''}-{now}.json"
     return BenchmarkSettings(**{**values, "device": device, "quick": quick})
