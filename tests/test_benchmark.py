@@ -372,6 +372,24 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkey
     assert "FAILED data: RuntimeError: the fresh process died" in format_table(results)
 
 
+def test_a_failing_loss_keeps_the_other_losses_figures(tmp_path, monkeypatch):
+    measured = run.benchmark_training_loss
+
+    def smoothed_fails(size, settings, lengths, peak, smoothing):
+        if smoothing:
+            raise RuntimeError("out of memory")
+        return measured(size, settings, lengths, peak, smoothing)
+
+    monkeypatch.setattr(run, "benchmark_training_loss", smoothed_fails)
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = tiny_arguments(tmp_path, "--only", "train")
+    results = run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+    assert results["errors"] == {"train/tiny/label_smoothing_0.1": "RuntimeError: out of memory"}
+    assert list(results["train"]["tiny"]) == ["cross_entropy"]
+    assert results["train"]["tiny"]["cross_entropy"]["steady"]["ratio"]["target_tokens_per_s"] > 0
+    assert "FAILED train/tiny/label_smoothing_0.1: RuntimeError: out of memory" in format_table(results)
+
+
 def test_static_cache_rows_generate_the_same_tokens_in_both_models(tmp_path):
     arguments = tiny_arguments(tmp_path, "--only", "generate", "--caches", "dynamic", "static")
     results = run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -23,7 +24,7 @@ from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
 from .measure import MemoryWatch, matmul_peak
 from .settings import BenchmarkSettings
-from .training_speed import benchmark_training
+from .training_speed import benchmark_training_loss, loss_name
 
 CTRANSLATE2_MISSING = "ctranslate2 is not installed (pip install -e '.[ctranslate2]')"
 
@@ -94,22 +95,29 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
     results["matmul_peak"] = matmul_peak(device, settings.dtype, settings.peak_matmul_size)
     save(results)
     peak = results["matmul_peak"]["flops_per_s"]
+    # Each part is measured, kept or recorded as failed on its own: a failing loss keeps the other's figures.
     per_size = {
-        "train": lambda size: benchmark_training(size, settings, lengths, peak),
-        "generate": lambda size: benchmark_generation(size, settings, lengths),
-        "ctranslate2": lambda size: benchmark_ctranslate2(size, settings, lengths),
+        "train": lambda size: {
+            loss_name(smoothing): functools.partial(benchmark_training_loss, size, settings, lengths, peak, smoothing)
+            for smoothing in settings.label_smoothing
+        },
+        "generate": lambda size: {None: lambda: benchmark_generation(size, settings, lengths)},
+        "ctranslate2": lambda size: {None: lambda: benchmark_ctranslate2(size, settings, lengths)},
     }
     if "ctranslate2" in settings.sections and importlib.util.find_spec("ctranslate2") is None:
         results["ctranslate2"] = {"skipped": CTRANSLATE2_MISSING}
         log(f"ctranslate2: skipped, {CTRANSLATE2_MISSING}")
         per_size.pop("ctranslate2")
-    for section, benchmark in per_size.items():
+    for section, parts in per_size.items():
         if section in settings.sections:
             results[section] = {}
             for size in settings.sizes:
-                log(f"{section}: {size}")
-                _keep_going(results, (section, size), lambda: benchmark(size), log)
-                save(results)
+                for part, benchmark in parts(size).items():
+                    log(f"{section}: {size}" + (f", {part}" if part else ""))
+                    if part is not None:
+                        results[section].setdefault(size, {})
+                    _keep_going(results, (section, size) + ((part,) if part else ()), benchmark, log)
+                    save(results)
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
         _keep_going(results, ("data",), lambda: benchmark_data(settings, train_script), log)

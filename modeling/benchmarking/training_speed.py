@@ -155,16 +155,6 @@ def fresh_training_run(spec: dict) -> dict:
             "training_memory_bytes": training}
 
 
-def benchmark_training(
-    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float
-) -> dict:
-    """{loss_name(label_smoothing): figures} for each `--label_smoothing` setting."""
-    return {
-        loss_name(label_smoothing): benchmark_training_loss(size, settings, lengths, peak_flops_per_s, label_smoothing)
-        for label_smoothing in settings.label_smoothing
-    }
-
-
 def benchmark_training_loss(
     size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
 ) -> dict:
