@@ -10,6 +10,7 @@ loaded or any file written; the model's rules are checked by building its config
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ import yaml
 from huggingface_hub.errors import StrictDataclassError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, Trainer, get_scheduler
-from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
 from .command_line import OneLineErrorParser
@@ -419,7 +420,7 @@ def config_value(name: str, value, action: argparse.Action, config_path: Path):
     if takes_text and isinstance(value, bool):  # YAML 1.1: unquoted no/yes/off/on/false/true
         raise ConfigurationError(
             f"{name}: {value!r} in {config_path} is YAML's boolean (from an unquoted no, yes, off, on, false or "
-            f"true), but {name} takes text: quote it (e.g. {name}: \"no\")"
+            f"true), but {name} takes text: write the text you meant in quotes"
         )
     if converter is str:
         return value if isinstance(value, str) else str(value)
@@ -555,6 +556,24 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--output_dir") -> Non
         raise ConfigurationError(f"{flag} {path}: {existing} is not writable ({error.strerror or error})") from None
 
 
+def _logger_problem(name: str) -> str | None:
+    """Why the `--report_to` logger `name` cannot run here (its package is missing), or None: its callback is built
+    as the Trainer builds it, unless transformers already lists the logger as installed. A callback half built is
+    collected at once, with what its `__del__` then raises kept off stderr."""
+    if name in get_available_reporting_integrations():
+        return None
+    problem = None
+    hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None
+    try:
+        INTEGRATION_TO_CALLBACK[name]()
+    except (ImportError, RuntimeError, ValueError) as error:
+        problem = str(error)
+    finally:
+        gc.collect()
+        sys.unraisablehook = hook
+    return problem
+
+
 def validate_arguments(
     model_args: ModelArguments, data_args: DataArguments, training_args: TransformerTrainingArguments
 ) -> AnnotatedTransformerConfig:
@@ -629,19 +648,15 @@ def validate_arguments(
             f"--report_to {' '.join(unknown)}: not a logger transformers knows; choose from none, all, "
             f"{', '.join(INTEGRATION_TO_CALLBACK)}"
         )
-    for name in loggers:  # a logger's callback, as the Trainer builds it, fails where its package is missing
-        if name not in ("all", "none"):
-            try:
-                INTEGRATION_TO_CALLBACK[name]()
-            except (ImportError, RuntimeError) as error:
-                raise ConfigurationError(f"--report_to {name}: {error}") from None
-    try:  # the optimizer's class, as the Trainer picks it: one from a package not installed raises ImportError
+    for name in loggers:
+        if name not in ("all", "none") and (problem := _logger_problem(name)) is not None:
+            raise ConfigurationError(f"--report_to {name}: {problem}")
+    try:  # the optimizer's class, as the Trainer picks it: one from a package not installed raises
         Trainer.get_optimizer_cls_and_kwargs(training_args)
-    except ImportError as error:
-        optim = getattr(training_args.optim, "value", training_args.optim)  # an OptimizerNames member
-        raise ConfigurationError(f"--optim {optim}: {error}") from None
-    except ValueError:  # e.g. GaLore's target modules, which need the model: the Trainer says so itself
-        pass
+    except (ImportError, ValueError) as error:
+        if "pass a model" not in str(error) and "pass a `model`" not in str(error):  # GaLore, LOMO: the Trainer's
+            optim = getattr(training_args.optim, "value", training_args.optim)  # an OptimizerNames member
+            raise ConfigurationError(f"--optim {optim}: {error}") from None
     if training_args.push_to_hub and not training_args.hub_model_id:
         raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/transformer-multi30k-de-en)")
     if training_args.push_to_hub:

@@ -33,6 +33,7 @@ from .weight_files import (
 )
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+AVERAGED_FROM_NAME = "averaged_from.json"  # an averaged model's provenance: the checkpoints it averages
 TRAINER_STATE_NAME = "trainer_state.json"
 # Training state that belongs to one checkpoint only (the Trainer's; under FSDP also accelerate's optimizer.bin and
 # pytorch_model_fsdp.bin, or folders optimizer_0/ and pytorch_model_fsdp_0/): not copied into an averaged model, not
@@ -300,7 +301,7 @@ def average_checkpoints(
             shutil.copy2(path, output_dir / path.name)
     save_file(averaged, output_dir / WEIGHTS_NAME, metadata={"format": "pt"})
     write_checksums(output_dir)
-    (output_dir / "averaged_from.json").write_text(
+    (output_dir / AVERAGED_FROM_NAME).write_text(
         json.dumps({"checkpoints": [str(checkpoint) for checkpoint in checkpoints]}, indent=2) + "\n"
     )
     averaged_model_card(newest.parent, output_dir, checkpoints)

@@ -377,7 +377,8 @@ def renamed_card(card: ModelCard, name: str, model_id: str) -> ModelCard:
     if loaded:  # only where the id stands (a short folder name such as "o" is part of other words too)
         old = loaded.group(1)
         section = usage.group(0).replace(f'from_pretrained("{old}"', f'from_pretrained("{model_id}"')
-        section = section.replace(f"translate.py {shlex.quote(old)} ", f"translate.py {shlex.quote(model_id)} ")
+        for written in {shlex.quote(old), old}:  # quoted as cards are written, or as they were before (unquoted)
+            section = section.replace(f"translate.py {written} ", f"translate.py {shlex.quote(model_id)} ")
         text = text[: usage.start()] + section + text[usage.end():]
     card.text = text
     return card

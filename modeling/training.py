@@ -24,7 +24,7 @@ from pathlib import Path
 import datasets
 import psutil
 import torch
-from transformers import DataCollatorForSeq2Seq, set_seed
+from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
 
 from .arguments import (
     ConfigurationError,
@@ -37,6 +37,7 @@ from .arguments import (
 from .batching import PairsOverBudgetError
 from .checkpoints import (
     ARCHITECTURE_FIELDS,
+    AVERAGED_FROM_NAME,
     CHECKPOINT_PATTERN,
     TRAINER_STATE_NAME,
     TRAINING_STATE_FILES,
@@ -112,23 +113,33 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
 
 def refuse_other_optimization(checkpoint: str, training_args) -> None:
     """Refuse to resume with another learning rate, Adam betas or epsilon, or weight decay than the checkpoint's: its
-    optimizer and schedule state (`optimizer.pt`, `scheduler.pt`) bring back its own, so the arguments given would be
-    silently ignored and the model card would report them. Read memory-mapped: only the small settings are loaded."""
+    optimizer and schedule state (`optimizer.pt`, or `optimizer.bin` under FSDP, and `scheduler.pt`) bring back its
+    own, so the arguments given would be silently ignored and the model card would report them. Only what the
+    Trainer hands this optimizer is compared (Adafactor, RMSprop, SGD take no betas or epsilon from the arguments);
+    a schedule that keeps no base rate (reduce_lr_on_plateau) has no learning rate to compare. Read memory-mapped:
+    only the settings are loaded."""
     checkpoint = Path(checkpoint)
+    _, passed = Trainer.get_optimizer_cls_and_kwargs(training_args)  # as `create_optimizer` builds it
     saved, given = {}, {}
     if (checkpoint / "scheduler.pt").is_file():
         base_rates = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True).get("base_lrs")
         if base_rates:
             saved["learning_rate"], given["learning_rate"] = base_rates[0], training_args.learning_rate
-    if (checkpoint / "optimizer.pt").is_file():
-        groups = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True, mmap=True).get(
-            "param_groups") or []
-        if groups and "betas" in groups[0]:
-            saved["adam_beta1"], saved["adam_beta2"] = groups[0]["betas"]
-            given["adam_beta1"], given["adam_beta2"] = training_args.adam_beta1, training_args.adam_beta2
-        if groups and "eps" in groups[0]:
-            saved["adam_epsilon"], given["adam_epsilon"] = groups[0]["eps"], training_args.adam_epsilon
-        if groups and "weight_decay" in groups[0]:  # the Trainer's groups: decayed weights, then biases and norms at 0
+    optimizer_file = next((checkpoint / name for name in ("optimizer.pt", "optimizer.bin")
+                           if (checkpoint / name).is_file()), None)
+    groups = (torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True).get("param_groups") or []
+              if optimizer_file is not None else [])
+    if groups:
+        names = {"betas": ("adam_beta1", "adam_beta2"), "eps": ("adam_epsilon",)}
+        for key, flags in names.items():
+            ours, theirs = passed.get(key), groups[0].get(key)
+            if ours is None or theirs is None:
+                continue
+            ours, theirs = (ours, theirs) if isinstance(ours, tuple) else ((ours,), (theirs,))
+            for flag, value, saved_value in zip(flags, ours, theirs):
+                if isinstance(saved_value, (int, float)):
+                    saved[flag], given[flag] = saved_value, value
+        if all("weight_decay" in group for group in groups):  # decayed weights, then biases and norms at 0
             saved["weight_decay"] = max(group["weight_decay"] for group in groups)
             given["weight_decay"] = training_args.weight_decay
     differences = [f"--{name} {saved[name]:g} there, {given[name]:g} here" for name in saved
@@ -198,6 +209,9 @@ RUN_FILE_PATTERNS = (
     "config.json", "generation_config.json", "*.safetensors", WEIGHTS_INDEX_NAME, CHECKSUMS_NAME, MODEL_CARD_NAME,
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", TARGET_TOKENIZER_SUBDIR, "*_results.json",
     *TRAINING_STATE_FILES, "checkpoint-*", "runs", "eval-*", RUN_LOCK_NAME,
+    AVERAGED_FROM_NAME,  # an averaged model's folder, trained into again
+    "emissions.csv",  # --report_to codecarbon's tracker
+    ".DS_Store", "Thumbs.db", "desktop.ini",  # what file browsers leave in a folder
 )
 
 

@@ -20,15 +20,21 @@ def main(argv=None) -> None:
         settings = settings_from_arguments(parser.parse_args(argv))
     except ValueError as error:
         parser.error(str(error))
+    saves = []
+
+    def save(results):
+        write_results(results, settings.output)
+        saves.append(settings.output)
+
     try:
         results = run_benchmark(
-            settings, train_script=TRAIN_SCRIPT, log=lambda message: print(message, file=sys.stderr),
-            save=lambda results: write_results(results, settings.output),
+            settings, train_script=TRAIN_SCRIPT, log=lambda message: print(message, file=sys.stderr), save=save
         )
     except ValueError as error:  # a corpus that gives no lengths, found before any measuring
         parser.error(str(error))
     except KeyboardInterrupt:
-        sys.exit(f"benchmark.py: interrupted; the sections measured until then are in {settings.output}")
+        sys.exit(f"benchmark.py: interrupted; the sections measured until then are in {settings.output}" if saves
+                 else "benchmark.py: interrupted before anything was measured; nothing written")
     print(format_table(results))
     print(f"\nwrote {settings.output}")
     if results.get("errors"):

@@ -223,8 +223,9 @@ def test_settings_defaults_quick_and_errors():
     assert (full.sizes, full.max_tokens, full.data_pairs, full.dtype) == (["small", "base"], 2048, 4_500_000, "fp32")
     assert quick.sizes == ["small"] and quick.steps < full.steps and quick.data_pairs < full.data_pairs
     # a new file each run, in a git-ignored folder: never an earlier run's or a committed result
-    assert re.fullmatch(r"outputs/benchmarks/results-cpu-quick-\d{8}-\d{6}\.json", quick.output)
-    assert re.fullmatch(r"outputs/benchmarks/results-cpu-\d{8}-\d{6}\.json", full.output)
+    assert re.fullmatch(r"outputs/benchmarks/results-cpu-quick-\d{8}-\d{6}-\d{6}\.json", quick.output)
+    assert re.fullmatch(r"outputs/benchmarks/results-cpu-\d{8}-\d{6}-\d{6}\.json", full.output)
+    assert parse("--quick").output != quick.output
     assert parse("--quick", "--steps", "7").steps == 7  # explicit flags win
     with pytest.raises(ValueError, match="--sizes huge: choose"):
         parse("--sizes", "huge")
@@ -315,13 +316,21 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     (["--seed", "-1"], r"--seed must be in \[0, 2\*\*32\), got -1"),
     (["--vocab_size", "4"], r"--vocab_size must be above the 4 special tokens, got 4"),
     (["--output", "."], r"--output \. is a directory; give a file path"),
-    (["--output", "no/such/folder/results.json"], r"--output no/such/folder/results.json: the folder no/such/folder "
-                                                  r"does not exist"),
+    (["--output", "README.md/results.json"], r"--output README.md/results.json: README.md is a file, not a folder"),
 ])
-def test_bad_settings_are_refused_before_any_measuring(tmp_path, extra, message):
+def test_bad_settings_are_refused_before_any_measuring(tmp_path, extra, message, monkeypatch):
     """The output is checked first: it was written last, after the whole run, and a bad path lost every figure."""
+    monkeypatch.chdir(REPO_ROOT)
     with pytest.raises(ValueError, match=message):
         settings_from_arguments(build_parser().parse_args(tiny_arguments(tmp_path, *extra)))
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_an_output_in_new_folders_is_written_there(tmp_path):
+    settings = settings_from_arguments(build_parser().parse_args(
+        tiny_arguments(tmp_path, "--output", str(tmp_path / "new" / "folders" / "results.json"))))
+    assert not (tmp_path / "new").exists()  # nothing made before the run
+    assert json.loads(write_results({"figures": 1}, settings.output).read_text()) == {"figures": 1}
 
 
 def test_a_corpus_without_lengths_is_named_before_any_measuring(tmp_path, monkeypatch):
@@ -358,6 +367,13 @@ def test_each_finished_section_is_saved_and_an_interrupted_run_keeps_them(tmp_pa
     with pytest.raises(SystemExit, match=r"interrupted; the sections measured until then are in .*results.json"):
         script.main(arguments)
     assert json.loads((tmp_path / "results.json").read_text()) == {"train": {"tiny": "measured"}}
+
+    def interrupted_at_once(settings, train_script, log, save):  # Ctrl-C while the corpus is read
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(script, "run_benchmark", interrupted_at_once)
+    with pytest.raises(SystemExit, match=r"^benchmark.py: interrupted before anything was measured; nothing written"):
+        script.main(arguments)
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):

@@ -128,6 +128,24 @@ def test_resuming_with_other_optimizer_settings_is_refused_and_the_card_says_wha
                               "shown\naccelerate launch scripts/train.py")
 
 
+@pytest.mark.parametrize("optim", ["adafactor", "rmsprop"])
+def test_optimizers_without_adam_settings_resume(tmp_path, optim):
+    """Adafactor's epsilon is a pair and RMSprop keeps torch's own: neither comes from --adam_epsilon, so neither is
+    compared (a resume crashed, or was refused for an epsilon nobody gave)."""
+    run(tmp_path / "run", "--max_steps", "2", "--save_steps", "2", "--optim", optim)
+    run(tmp_path / "run", "--max_steps", "4", "--save_steps", "2", "--optim", optim, "--resume_from_checkpoint", "last")
+    assert (tmp_path / "run" / "checkpoint-4").is_dir()
+
+
+def test_only_what_no_run_writes_keeps_a_folder_from_being_replaced(tmp_path):
+    from modeling.training import not_run_files
+
+    for name in ("averaged_from.json", "emissions.csv", ".DS_Store", "config.json", "eval-test", "checkpoint-3",
+                 "notes.txt", "data"):
+        (tmp_path / name).mkdir() if name in ("eval-test", "checkpoint-3", "data") else (tmp_path / name).write_text("")
+    assert not_run_files(tmp_path) == ["data", "notes.txt"]
+
+
 def test_resuming_the_last_checkpoint_of_a_folder_that_does_not_exist_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigurationError, match=r"--resume_from_checkpoint last: no complete checkpoint-\* folder in "
                                                  r".*missing$"):

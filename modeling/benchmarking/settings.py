@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,10 +103,23 @@ class BenchmarkSettings:
             raise ValueError(
                 f"--vocab_size must be above the {FIRST_ORDINARY_ID} special tokens, got {self.vocab_size}."
             )
-        check_output_file(Path(self.output))  # before any measuring: a run's figures must not be lost at the end
+        check_output(Path(self.output))  # before any measuring: a run's figures must not be lost at the end
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def check_output(path: Path) -> None:
+    """Raise ValueError unless the JSON can be written at `path`: not a folder, and its missing folders (made when
+    the results are written) under a folder, not a file, that takes new entries."""
+    if path.parent.is_dir():
+        check_output_file(path)
+        return
+    existing = next(parent for parent in path.parents if parent.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--output {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--output {path}: the folder {existing} cannot be written")
 
 
 def flag(name: str) -> str:
@@ -172,8 +186,7 @@ def settings_from_arguments(arguments: argparse.Namespace) -> BenchmarkSettings:
         raise ValueError(f"--device {device!r}: choose one of {list(DEVICES)}.")
     values = {**DEFAULTS, **DEVICE_DEFAULTS[device], **(QUICK_DEFAULTS if quick else {}), **given}
     values.setdefault("threads", torch.get_num_threads())
-    if "output" not in values:  # never an earlier run's file (nor a committed one)
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        Path(DEFAULT_OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
+    if "output" not in values:  # never an earlier run's file (nor a committed one): to the microsecond
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
         values["output"] = f"{DEFAULT_OUTPUT_DIR}/results-{device}{'-quick' if quick else ''}-{now}.json"
     return BenchmarkSettings(**{**values, "device": device, "quick": quick})
