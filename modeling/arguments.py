@@ -648,6 +648,8 @@ def validate_arguments(
             f"--report_to {' '.join(unknown)}: not a logger transformers knows; choose from none, all, "
             f"{', '.join(INTEGRATION_TO_CALLBACK)}"
         )
+    if len(loggers) > 1 and {"all", "none"} & set(loggers):  # transformers takes either only alone
+        raise ConfigurationError(f"--report_to {' '.join(loggers)}: 'all' and 'none' stand alone, not in a list")
     for name in loggers:
         if name not in ("all", "none") and (problem := _logger_problem(name)) is not None:
             raise ConfigurationError(f"--report_to {name}: {problem}")

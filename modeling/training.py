@@ -24,6 +24,7 @@ from pathlib import Path
 import datasets
 import psutil
 import torch
+from torch import nn
 from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
 
 from .arguments import (
@@ -111,39 +112,65 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
         )
 
 
+# Settings that only some optimizers take: which of them a checkpoint's optimizer state holds tells its kind.
+OPTIMIZER_KIND_KEYS = frozenset({
+    "betas", "momentum", "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value",
+    "scale_parameter", "relative_step", "warmup_init", "clip_threshold", "decay_rate", "beta1",
+})
+
+
 def refuse_other_optimization(checkpoint: str, training_args) -> None:
-    """Refuse to resume with another learning rate, Adam betas or epsilon, or weight decay than the checkpoint's: its
-    optimizer and schedule state (`optimizer.pt`, or `optimizer.bin` under FSDP, and `scheduler.pt`) bring back its
-    own, so the arguments given would be silently ignored and the model card would report them. Only what the
-    Trainer hands this optimizer is compared (Adafactor, RMSprop, SGD take no betas or epsilon from the arguments);
-    a schedule that keeps no base rate (reduce_lr_on_plateau) has no learning rate to compare. Read memory-mapped:
-    only the settings are loaded."""
+    """Refuse to resume with another optimizer or other optimizer settings than the checkpoint's: its optimizer and
+    schedule state (`optimizer.pt`, or `optimizer.bin` under FSDP, and `scheduler.pt`) bring back their own, so the
+    arguments given would be silently ignored (and the model card would report them), and another optimizer's state
+    fails at the first step. Compared: the learning rate (a schedule's base rate; reduce_lr_on_plateau keeps none),
+    the weight decay, the kind of optimizer, and every setting the Trainer hands it (Adam's betas and epsilon,
+    `--optim_args`). Read memory-mapped: only the settings are loaded."""
     checkpoint = Path(checkpoint)
-    _, passed = Trainer.get_optimizer_cls_and_kwargs(training_args)  # as `create_optimizer` builds it
+    optim = getattr(training_args.optim, "value", training_args.optim)
+    try:
+        optimizer_class, passed = Trainer.get_optimizer_cls_and_kwargs(training_args)
+    except ValueError:  # GaLore, APOLLO, LOMO: built from the model; their settings are the Trainer's to check
+        optimizer_class, passed = None, {}
     saved, given = {}, {}
     if (checkpoint / "scheduler.pt").is_file():
         base_rates = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True).get("base_lrs")
         if base_rates:
-            saved["learning_rate"], given["learning_rate"] = base_rates[0], training_args.learning_rate
+            saved["--learning_rate"], given["--learning_rate"] = base_rates[0], training_args.learning_rate
     optimizer_file = next((checkpoint / name for name in ("optimizer.pt", "optimizer.bin")
                            if (checkpoint / name).is_file()), None)
     groups = (torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True).get("param_groups") or []
               if optimizer_file is not None else [])
-    if groups:
-        names = {"betas": ("adam_beta1", "adam_beta2"), "eps": ("adam_epsilon",)}
-        for key, flags in names.items():
-            ours, theirs = passed.get(key), groups[0].get(key)
-            if ours is None or theirs is None:
-                continue
-            ours, theirs = (ours, theirs) if isinstance(ours, tuple) else ((ours,), (theirs,))
-            for flag, value, saved_value in zip(flags, ours, theirs):
-                if isinstance(saved_value, (int, float)):
-                    saved[flag], given[flag] = saved_value, value
-        if all("weight_decay" in group for group in groups):  # decayed weights, then biases and norms at 0
-            saved["weight_decay"] = max(group["weight_decay"] for group in groups)
-            given["weight_decay"] = training_args.weight_decay
-    differences = [f"--{name} {saved[name]:g} there, {given[name]:g} here" for name in saved
-                   if not math.isclose(saved[name], given[name], rel_tol=1e-6, abs_tol=1e-12)]
+    if not groups:
+        return
+    if optimizer_class is not None:
+        try:
+            kind = set(optimizer_class([nn.Parameter(torch.zeros(1))], **passed).param_groups[0]) & OPTIMIZER_KIND_KEYS
+        except Exception:  # noqa: BLE001 - an optimizer that cannot be built on a stand-in: its kind is not compared
+            kind = None
+        if kind is not None and kind != set(groups[0]) & OPTIMIZER_KIND_KEYS:
+            raise ConfigurationError(
+                f"--resume_from_checkpoint {checkpoint}: it was trained with another optimizer than --optim {optim} "
+                f"(its settings: {', '.join(sorted(set(groups[0]) - {'params'}))}), whose state this one cannot "
+                "continue; resume with the run's own --optim"
+            )
+    optim_args = {item.split("=", 1)[0].strip() for item in (training_args.optim_args or "").split(",") if "=" in item}
+    adam_flags = {"betas": ("--adam_beta1", "--adam_beta2"), "eps": ("--adam_epsilon",)}
+    for key, value in passed.items():
+        theirs = groups[0].get(key)
+        if key == "lr" or theirs is None or isinstance(value, bool) or not isinstance(value, (int, float, tuple)):
+            continue
+        ours, theirs = (value, theirs) if isinstance(value, tuple) else ((value,), (theirs,))
+        flags = ([f"--optim_args {key}"] * len(ours) if key in optim_args
+                 else adam_flags.get(key, [f"--optim {optim}'s {key}"] * len(ours)))
+        for flag, mine, saved_value in zip(flags, ours, theirs):
+            if isinstance(mine, (int, float)) and isinstance(saved_value, (int, float)):
+                saved[flag], given[flag] = saved_value, mine
+    if all("weight_decay" in group for group in groups):  # decayed weights, then biases and norms at 0
+        saved["--weight_decay"] = max(group["weight_decay"] for group in groups)
+        given["--weight_decay"] = training_args.weight_decay
+    differences = [f"{flag} {saved[flag]:g} there, {given[flag]:g} here" for flag in saved
+                   if not math.isclose(saved[flag], given[flag], rel_tol=1e-6, abs_tol=1e-12)]
     if differences:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint}: its optimizer and schedule continue with their own settings "

@@ -326,11 +326,20 @@ def test_bad_settings_are_refused_before_any_measuring(tmp_path, extra, message,
     assert not (tmp_path / "results.json").exists()
 
 
-def test_an_output_in_new_folders_is_written_there(tmp_path):
+def test_an_output_in_new_folders_is_written_there_and_a_link_writes_its_target(tmp_path):
     settings = settings_from_arguments(build_parser().parse_args(
         tiny_arguments(tmp_path, "--output", str(tmp_path / "new" / "folders" / "results.json"))))
     assert not (tmp_path / "new").exists()  # nothing made before the run
     assert json.loads(write_results({"figures": 1}, settings.output).read_text()) == {"figures": 1}
+    (tmp_path / "target.json").write_text("{}")
+    (tmp_path / "latest.json").symlink_to("target.json")  # the link stays a link, its target gets the results
+    write_results({"figures": 2}, tmp_path / "latest.json")
+    assert (tmp_path / "latest.json").is_symlink() and json.loads((tmp_path / "target.json").read_text()) == {
+        "figures": 2}
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    with pytest.raises(ValueError, match=r"dangling is a link to a missing path, not a folder"):
+        settings_from_arguments(build_parser().parse_args(
+            tiny_arguments(tmp_path, "--output", str(tmp_path / "dangling" / "sub" / "results.json"))))
 
 
 def test_a_corpus_without_lengths_is_named_before_any_measuring(tmp_path, monkeypatch):

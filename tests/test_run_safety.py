@@ -137,6 +137,27 @@ def test_optimizers_without_adam_settings_resume(tmp_path, optim):
     assert (tmp_path / "run" / "checkpoint-4").is_dir()
 
 
+def test_resuming_with_another_optimizer_or_its_settings_is_refused(earlier_run, tmp_path):
+    """AdamW's state loaded into SGD failed at the first step (KeyError 'momentum'); an --optim_args value was ignored
+    as the loaded state brought back its own. An FSDP checkpoint's optimizer.bin is read as optimizer.pt is."""
+    from modeling.training import refuse_other_optimization
+
+    with pytest.raises(ConfigurationError, match=r"checkpoint-8: it was trained with another optimizer than --optim "
+                                                 r"sgd \(its settings: .*betas.*\), whose state this one cannot"):
+        run(tmp_path / "new", "--max_steps", "10", "--optim", "sgd", "--resume_from_checkpoint",
+            str(earlier_run / "checkpoint-8"))
+    run(tmp_path / "sgd", "--max_steps", "2", "--save_steps", "2", "--optim", "sgd")
+    with pytest.raises(ConfigurationError, match=r"\(--optim_args momentum 0 there, 0.9 here\)"):
+        run(tmp_path / "sgd", "--max_steps", "4", "--optim", "sgd", "--optim_args", "momentum=0.9",
+            "--resume_from_checkpoint", "last")
+    fsdp = tmp_path / "fsdp" / "checkpoint-8"
+    fsdp.parent.mkdir()
+    subprocess.run(["cp", "-r", str(earlier_run / "checkpoint-8"), str(fsdp)], check=True)
+    (fsdp / "optimizer.pt").rename(fsdp / "optimizer.bin")
+    with pytest.raises(ConfigurationError, match=r"\(--adam_epsilon 1e-09 there, 1e-06 here\)"):
+        refuse_other_optimization(str(fsdp), arguments(tmp_path / "x", "--adam_epsilon", "1e-6")[2])
+
+
 def test_only_what_no_run_writes_keeps_a_folder_from_being_replaced(tmp_path):
     from modeling.training import not_run_files
 

@@ -32,7 +32,7 @@ from launch_helpers import (
 )
 from safetensors.torch import load_file
 
-from modeling.arguments import ConfigurationError, mixed_precision, parse_arguments
+from modeling.arguments import ConfigurationError, mixed_precision, parse_arguments, validate_arguments
 from modeling.checkpoints import average_checkpoints, last_checkpoints
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
@@ -660,7 +660,7 @@ def test_a_yaml_boolean_for_a_text_flag_is_refused_with_the_fix(tmp_path, line):
     assert getattr(value, "value", value) == "no"  # the strategies become enums
 
 
-def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything_is_written(tmp_path):
+def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything_is_written(tmp_path, capfd):
     """The Trainer builds them after the tokenizer and the run's lock are written: the folder was left half-made."""
     import importlib.util
 
@@ -672,12 +672,17 @@ def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything
         cases.append((["--optim", "adamw_bnb_8bit"], r"^--optim adamw_bnb_8bit: .*install `bitsandbytes`"))
     if importlib.util.find_spec("grokadamw") is None:  # transformers raises ValueError for this one
         cases.append((["--optim", "grokadamw"], r"^--optim grokadamw: Please install grokadamw"))
-    if not cases:
-        pytest.skip("wandb, mlflow, clearml and bitsandbytes are all installed")
+    if importlib.util.find_spec("mlflow") is None:  # a half-built MLflowCallback's __del__ raised onto stderr
+        cases.append((["--report_to", "mlflow"], r"^--report_to mlflow: .*install"))
     for extra, message in cases:
         with pytest.raises(ConfigurationError, match=message):
             run_in_process(tmp_path / "out", *extra)
         assert not (tmp_path / "out").exists()
+        assert "Exception ignored" not in capfd.readouterr().err
+    (tmp_path / "loggers.yaml").write_text("report_to: [tensorboard, all]\n")  # a list, as a config file gives it
+    with pytest.raises(ConfigurationError, match=r"^--report_to tensorboard all: 'all' and 'none' stand alone"):
+        validate_arguments(*parse_arguments(["--config", str(tmp_path / "loggers.yaml"),
+                                             "--output_dir", str(tmp_path / "out")])[:3])
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ def comparison(figures: dict[str, dict]) -> dict:
 def write_results(results: dict, path: str | os.PathLike) -> Path:
     """Write `results` as JSON to `path`, replacing a file whole: through a temporary file beside it, so an
     interrupted write leaves the earlier version."""
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # through a link, its target is the file replaced
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(results, indent=2) + "\n"
     if path.exists() and not path.is_file():  # /dev/null, a named pipe: written to, never replaced

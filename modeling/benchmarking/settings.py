@@ -115,9 +115,10 @@ def check_output(path: Path) -> None:
     if path.parent.is_dir():
         check_output_file(path)
         return
-    existing = next(parent for parent in path.parents if parent.exists())
+    existing = next(parent for parent in path.parents if parent.exists() or parent.is_symlink())
     if not existing.is_dir():
-        raise ValueError(f"--output {path}: {existing} is a file, not a folder")
+        what = "a link to a missing path" if existing.is_symlink() and not existing.exists() else "a file"
+        raise ValueError(f"--output {path}: {existing} is {what}, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"--output {path}: the folder {existing} cannot be written")
 
