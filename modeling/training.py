@@ -55,12 +55,7 @@ from .model_card import MODEL_CARD_NAME, model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .run_lock import RUN_LOCK_NAME, RunLock
-from .tokenization import (
-    dataset_texts,
-    load_tokenizers,
-    same_vocabulary,
-    train_tokenizer,
-)
+from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
 from .trainer import TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
 from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME
 
