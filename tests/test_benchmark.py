@@ -15,7 +15,7 @@ from model_helpers import assert_varied, trained_to_copy
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import measure, run
+from modeling.benchmarking import generation_speed, measure, run
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import synthetic_lengths, training_batch
@@ -413,6 +413,25 @@ def test_a_failing_loss_keeps_the_other_losses_figures(tmp_path, monkeypatch):
     assert list(results["train"]["tiny"]) == ["cross_entropy"]
     assert results["train"]["tiny"]["cross_entropy"]["steady"]["ratio"]["target_tokens_per_s"] > 0
     assert "FAILED train/tiny/label_smoothing_0.1: RuntimeError: out of memory" in format_table(results)
+
+
+def test_a_failing_generation_setting_keeps_the_others(tmp_path, monkeypatch):
+    """A large batch out of memory, or a static cache that does not compile, on a GPU: the size's other generation
+    settings were discarded with it."""
+    measured, calls = generation_speed.timed_in_turn, []
+
+    def second_setting_fails(*args):  # greedy, then beam 2
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory")
+        return measured(*args)
+
+    monkeypatch.setattr(generation_speed, "timed_in_turn", second_setting_fails)
+    arguments = tiny_arguments(tmp_path, "--only", "generate")
+    results = run.run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
+    assert results["errors"] == {"generate/tiny/beam2_batch3": "RuntimeError: CUDA out of memory"}
+    assert list(results["generate"]["tiny"]) == ["greedy_batch3"]
+    assert "FAILED generate/tiny/beam2_batch3: RuntimeError: CUDA out of memory" in format_table(results)
 
 
 def test_static_cache_rows_generate_the_same_tokens_in_both_models(tmp_path):

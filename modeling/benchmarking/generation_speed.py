@@ -66,7 +66,10 @@ def generation_setting_name(num_beams: int, batch_size: int, cache: str = "dynam
     return f"{search}_batch{batch_size}" + ("" if cache == "dynamic" else f"_{cache}")
 
 
-def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLengths) -> dict:
+def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLengths, failed=None) -> dict:
+    """{setting name: figures} for each batch size, number of beams and cache. With `failed`, a setting that raises
+    (out of memory at a large batch, a compilation error with a static cache) is handed to `failed(name, error)`
+    and the other settings are still measured; without, the error propagates."""
     device = torch.device(settings.device)
     config = benchmark_config(size, settings.vocab_size)
     models = {name: model.to(device).eval() for name, model in build_models(config, settings.seed).items()}
@@ -86,10 +89,16 @@ def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLe
                         use_cache=True, cache_implementation=None if cache == "dynamic" else cache,
                     )
 
-            outputs, runs = timed_in_turn(
-                MODEL_NAMES, generate, lambda sequences: generated_tokens(sequences, config.eos_token_id),
-                settings.repetitions, device,
-            )
+            try:
+                outputs, runs = timed_in_turn(
+                    MODEL_NAMES, generate, lambda sequences: generated_tokens(sequences, config.eos_token_id),
+                    settings.repetitions, device,
+                )
+            except Exception as error:  # noqa: BLE001 - handed to `failed`, which records it
+                if failed is None:
+                    raise
+                failed(generation_setting_name(num_beams, batch_size, cache), error)
+                continue
             figures = {name: rate_figures(name_runs) for name, name_runs in runs.items()}
             same = outputs["ours"].shape == outputs["marian"].shape and torch.equal(outputs["ours"], outputs["marian"])
             results[generation_setting_name(num_beams, batch_size, cache)] = {

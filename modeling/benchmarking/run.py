@@ -101,7 +101,10 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
             loss_name(smoothing): functools.partial(benchmark_training_loss, size, settings, lengths, peak, smoothing)
             for smoothing in settings.label_smoothing
         },
-        "generate": lambda size: {None: lambda: benchmark_generation(size, settings, lengths)},
+        "generate": lambda size: {None: lambda: benchmark_generation(
+            size, settings, lengths,
+            failed=lambda name, error: _record_failure(results, ("generate", size, name), error, log),
+        )},
         "ctranslate2": lambda size: {None: lambda: benchmark_ctranslate2(size, settings, lengths)},
     }
     if "ctranslate2" in settings.sections and importlib.util.find_spec("ctranslate2") is None:
@@ -134,14 +137,18 @@ def _keep_going(results: dict, path: tuple[str, ...], benchmark, log) -> None:
     try:
         value = benchmark()
     except Exception as error:  # noqa: BLE001 - reported, then raised as the exit status by the caller
-        message = f"{type(error).__name__}: {error}"
-        log(f"{'/'.join(path)} failed: {message}")
-        results.setdefault("errors", {})["/".join(path)] = message
+        _record_failure(results, path, error, log)
         return
     node = results
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
+
+
+def _record_failure(results: dict, path: tuple[str, ...], error: Exception, log) -> None:
+    message = f"{type(error).__name__}: {error}"
+    log(f"{'/'.join(path)} failed: {message}")
+    results.setdefault("errors", {})["/".join(path)] = message
 
 
 def _with_elapsed_time(log, start: float):
