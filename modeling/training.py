@@ -149,15 +149,25 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
                 f"(its settings: {', '.join(sorted(set(groups[0]) - {'params'}))}), whose state this one cannot "
                 "continue; resume with the run's own --optim"
             )
-    optim_args = {item.split("=", 1)[0].strip() for item in (training_args.optim_args or "").split(",") if "=" in item}
-    adam_flags = {"betas": ("--adam_beta1", "--adam_beta2"), "eps": ("--adam_epsilon",)}
+    # The flag each value came from: Adam's from --adam_*, others from --optim_args (spaces dropped, as transformers
+    # reads it); the learning rate and weight decay are compared below (the Trainer sets both per parameter group).
+    optim_args = {item.split("=", 1)[0] for item in (training_args.optim_args or "").replace(" ", "").split(",")
+                  if "=" in item}
+    adam_flags = {
+        "betas": ((training_args.adam_beta1, training_args.adam_beta2), ("--adam_beta1", "--adam_beta2")),
+        "eps": ((training_args.adam_epsilon,), ("--adam_epsilon",)),
+    }
     for key, value in passed.items():
         theirs = groups[0].get(key)
-        if key == "lr" or theirs is None or isinstance(value, bool) or not isinstance(value, (int, float, tuple)):
+        if key in ("lr", "weight_decay") or theirs is None or isinstance(value, bool) \
+                or not isinstance(value, (int, float, tuple)):
             continue
         ours, theirs = (value, theirs) if isinstance(value, tuple) else ((value,), (theirs,))
-        flags = ([f"--optim_args {key}"] * len(ours) if key in optim_args
-                 else adam_flags.get(key, [f"--optim {optim}'s {key}"] * len(ours)))
+        if key in adam_flags and tuple(ours) == adam_flags[key][0]:
+            flags = adam_flags[key][1]
+        else:
+            source = f"--optim_args {key}" if key in optim_args else f"--optim {optim}'s {key}"
+            flags = [source + (f"[{index}]" if len(ours) > 1 else "") for index in range(len(ours))]
         for flag, mine, saved_value in zip(flags, ours, theirs):
             if isinstance(mine, (int, float)) and isinstance(saved_value, (int, float)):
                 saved[flag], given[flag] = saved_value, mine

@@ -336,6 +336,9 @@ def test_an_output_in_new_folders_is_written_there_and_a_link_writes_its_target(
     write_results({"figures": 2}, tmp_path / "latest.json")
     assert (tmp_path / "latest.json").is_symlink() and json.loads((tmp_path / "target.json").read_text()) == {
         "figures": 2}
+    (tmp_path / ".target.json.writing").mkdir()  # where the temporary file goes cannot take it: written in place
+    write_results({"figures": 3}, tmp_path / "latest.json")
+    assert json.loads((tmp_path / "target.json").read_text()) == {"figures": 3}
     (tmp_path / "dangling").symlink_to(tmp_path / "missing")
     with pytest.raises(ValueError, match=r"dangling is a link to a missing path, not a folder"):
         settings_from_arguments(build_parser().parse_args(

@@ -128,12 +128,16 @@ def test_resuming_with_other_optimizer_settings_is_refused_and_the_card_says_wha
                               "shown\naccelerate launch scripts/train.py")
 
 
-@pytest.mark.parametrize("optim", ["adafactor", "rmsprop"])
+@pytest.mark.parametrize("optim", [
+    ["adafactor"], ["rmsprop"], ["sgd", "--optim_args", "momentum=0.9,weight_decay=0.01"],
+])
 def test_optimizers_without_adam_settings_resume(tmp_path, optim):
     """Adafactor's epsilon is a pair and RMSprop keeps torch's own: neither comes from --adam_epsilon, so neither is
-    compared (a resume crashed, or was refused for an epsilon nobody gave)."""
-    run(tmp_path / "run", "--max_steps", "2", "--save_steps", "2", "--optim", optim)
-    run(tmp_path / "run", "--max_steps", "4", "--save_steps", "2", "--optim", optim, "--resume_from_checkpoint", "last")
+    compared (a resume crashed, or was refused for an epsilon nobody gave); an --optim_args weight decay, which the
+    Trainer's parameter groups replace with --weight_decay's, is not compared with the groups' either."""
+    run(tmp_path / "run", "--max_steps", "2", "--save_steps", "2", "--optim", *optim)
+    run(tmp_path / "run", "--max_steps", "4", "--save_steps", "2", "--optim", *optim,
+        "--resume_from_checkpoint", "last")
     assert (tmp_path / "run" / "checkpoint-4").is_dir()
 
 
@@ -150,6 +154,10 @@ def test_resuming_with_another_optimizer_or_its_settings_is_refused(earlier_run,
     with pytest.raises(ConfigurationError, match=r"\(--optim_args momentum 0 there, 0.9 here\)"):
         run(tmp_path / "sgd", "--max_steps", "4", "--optim", "sgd", "--optim_args", "momentum=0.9",
             "--resume_from_checkpoint", "last")
+    # AdamW ignores --optim_args: a changed --adam_beta1 beside one is named, and refused (both betas were one key)
+    with pytest.raises(ConfigurationError, match=r"\(--adam_beta1 0.9 there, 0.5 here\)"):
+        run(tmp_path / "new", "--max_steps", "10", "--optim_args", "eps=1e-3,betas=1", "--adam_beta1", "0.5",
+            "--resume_from_checkpoint", str(earlier_run / "checkpoint-8"))
     fsdp = tmp_path / "fsdp" / "checkpoint-8"
     fsdp.parent.mkdir()
     subprocess.run(["cp", "-r", str(earlier_run / "checkpoint-8"), str(fsdp)], check=True)

@@ -35,7 +35,11 @@ def write_results(results: dict, path: str | os.PathLike) -> Path:
         path.write_text(text, encoding="utf-8")
         return path
     temporary = path.with_name(f".{path.name}.writing")
-    temporary.write_text(text, encoding="utf-8")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+    except OSError:  # a folder that takes no new files (the file in it may still be written): written in place
+        path.write_text(text, encoding="utf-8")
+        return path
     os.replace(temporary, path)
     return path
 
