@@ -310,7 +310,7 @@ def refuse_earlier_run(training_args, checkpoint: str | None) -> None:
     )
 
 
-def check_token_budget(train_dataset, training_args, train_texts=None) -> None:
+def check_token_budget(train_dataset, training_args, train_texts) -> None:
     """Build the token-budget batches as the Trainer will, so a pair longer than --max_tokens fails before training.
     The message quotes the first such pair's source from `train_texts` (the kept pairs as text, row for row): its
     index counts the pairs kept after filtering, no line of the files."""
@@ -318,7 +318,7 @@ def check_token_budget(train_dataset, training_args, train_texts=None) -> None:
         token_budget_sampler(train_dataset, training_args)
     except ValueError as error:
         quoted = ""
-        if isinstance(error, PairsOverBudgetError) and train_texts is not None:
+        if isinstance(error, PairsOverBudgetError):
             source = train_texts[error.indices[0]]["source"]
             quoted = f" (indices count the pairs kept after filtering; index {error.indices[0]} is the pair " \
                      f"{source[:60] + '...' if len(source) > 60 else source!r})"

@@ -95,17 +95,20 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
     results["matmul_peak"] = matmul_peak(device, settings.dtype, settings.peak_matmul_size)
     save(results)
     peak = results["matmul_peak"]["flops_per_s"]
-    # Each part is measured, kept or recorded as failed on its own: a failing loss keeps the other's figures.
+    # Each part (its path below section/size: a loss, or the whole size) is measured, kept or recorded as failed on
+    # its own: a failing loss keeps the other's figures; generation records each failing setting itself.
     per_size = {
         "train": lambda size: {
-            loss_name(smoothing): functools.partial(benchmark_training_loss, size, settings, lengths, peak, smoothing)
+            (loss_name(smoothing),): functools.partial(
+                benchmark_training_loss, size, settings, lengths, peak, smoothing
+            )
             for smoothing in settings.label_smoothing
         },
-        "generate": lambda size: {None: lambda: benchmark_generation(
+        "generate": lambda size: {(): lambda: benchmark_generation(
             size, settings, lengths,
             failed=lambda name, error: _record_failure(results, ("generate", size, name), error, log),
         )},
-        "ctranslate2": lambda size: {None: lambda: benchmark_ctranslate2(size, settings, lengths)},
+        "ctranslate2": lambda size: {(): lambda: benchmark_ctranslate2(size, settings, lengths)},
     }
     if "ctranslate2" in settings.sections and importlib.util.find_spec("ctranslate2") is None:
         results["ctranslate2"] = {"skipped": CTRANSLATE2_MISSING}
@@ -116,10 +119,8 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
             results[section] = {}
             for size in settings.sizes:
                 for part, benchmark in parts(size).items():
-                    log(f"{section}: {size}" + (f", {part}" if part else ""))
-                    if part is not None:
-                        results[section].setdefault(size, {})
-                    _keep_going(results, (section, size) + ((part,) if part else ()), benchmark, log)
+                    log(", ".join((f"{section}: {size}", *part)))
+                    _keep_going(results, (section, size, *part), benchmark, log)
                     save(results)
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
@@ -141,7 +142,7 @@ def _keep_going(results: dict, path: tuple[str, ...], benchmark, log) -> None:
         return
     node = results
     for key in path[:-1]:
-        node = node[key]
+        node = node.setdefault(key, {})
     node[path[-1]] = value
 
 
