@@ -58,11 +58,31 @@ class _SetSamplerEpoch(TrainerCallback):
         self.sampler.set_epoch(math.floor(state.epoch or 0))
 
 
-class TrainingClock(TrainerCallback, ExportableState):
+class RecordedInCheckpoints(TrainerCallback, ExportableState):
+    """A callback whose `state()` every checkpoint keeps in its trainer_state.json (`stateful_callbacks`), and that a
+    resumed run builds again from that record (`from_checkpoint`, each subclass's own)."""
+
+    @classmethod
+    def saved_args(cls, checkpoint: str | os.PathLike | None) -> dict:
+        """The arguments `checkpoint` recorded for this callback ({} without a checkpoint or a record in it)."""
+        if checkpoint is None:
+            return {}
+        saved = json_object(Path(checkpoint) / TRAINER_STATE_NAME).get("stateful_callbacks", {}).get(cls.__name__)
+        saved = saved[0] if isinstance(saved, list) and saved else saved
+        args = saved.get("args") if isinstance(saved, dict) else None
+        return args if isinstance(args, dict) else {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # A checkpoint saved before this callback existed has no record of it, and the Trainer's save looks one up
+        # (a KeyError) in the state it loaded from there, which replaces the state on_train_begin saw.
+        if type(self).__name__ not in state.stateful_callbacks:
+            state.stateful_callbacks[type(self).__name__] = self.state()
+
+
+class TrainingClock(RecordedInCheckpoints):
     """The training time of a run across its resumptions: the Trainer's `train_runtime` covers only the current
-    launch. Every checkpoint's trainer_state.json records the seconds trained up to its save (`stateful_callbacks`),
-    and a resumed run starts from them (`from_checkpoint`); time spent after a checkpoint that a crash discarded
-    is not counted, as its steps are trained again."""
+    launch. Every checkpoint records the seconds trained up to its save, and a resumed run starts from them; time
+    spent after a checkpoint that a crash discarded is not counted, as its steps are trained again."""
 
     def __init__(self, seconds_before: float = 0.0):
         self.seconds_before = seconds_before  # trained before this launch
@@ -71,24 +91,53 @@ class TrainingClock(TrainerCallback, ExportableState):
     @classmethod
     def from_checkpoint(cls, checkpoint: str | os.PathLike | None) -> "TrainingClock":
         """A clock going on from `checkpoint`'s record (from 0 without a checkpoint or a record in it)."""
-        if checkpoint is None:
-            return cls()
-        saved = json_object(Path(checkpoint) / TRAINER_STATE_NAME).get("stateful_callbacks", {}).get(cls.__name__)
-        saved = saved[0] if isinstance(saved, list) and saved else saved
-        seconds = saved.get("args", {}).get("seconds_before") if isinstance(saved, dict) else None
+        seconds = cls.saved_args(checkpoint).get("seconds_before")
         return cls(float(seconds) if isinstance(seconds, (int, float)) else 0.0)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._started = time.time()
 
-    def on_step_end(self, args, state, control, **kwargs):
-        # A checkpoint saved before this callback existed has no record of it, and the Trainer's save looks one up
-        # (a KeyError) in the state it loaded from there, which replaces the state on_train_begin saw.
-        if type(self).__name__ not in state.stateful_callbacks:
-            state.stateful_callbacks[type(self).__name__] = self.state()
-
     def state(self) -> dict:
         return {"args": {"seconds_before": self.seconds_before + time.time() - self._started}, "attributes": {}}
+
+
+class LaunchHistory(RecordedInCheckpoints):
+    """The command of each launch of a run, for its model card: every checkpoint records the launches up to its
+    save, and a resumed launch adds its own to its checkpoint's record (a launch none of whose checkpoints was
+    resumed from is not part of the run)."""
+
+    def __init__(self, launches: list[dict] | tuple = (), complete: bool = True):
+        self.launches = [dict(launch) for launch in launches]  # {"command": str, "resumed_from": str | None}
+        self.complete = complete  # False: resumed from a checkpoint saved before launches were recorded
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | os.PathLike | None, command: str) -> "LaunchHistory":
+        """The launches `checkpoint` recorded (none without a checkpoint), then this one, `command`."""
+        saved = cls.saved_args(checkpoint)
+        launches = saved.get("launches")
+        recorded = isinstance(launches, list) and all(
+            isinstance(launch, dict) and isinstance(launch.get("command"), str) for launch in launches
+        )
+        history = cls(launches if recorded else (),
+                      complete=checkpoint is None or (recorded and saved.get("complete") is not False))
+        history.launches.append({"command": command, "resumed_from": None if checkpoint is None else str(checkpoint)})
+        return history
+
+    def card_text(self) -> str:
+        """The commands as the model card shows them: a run of one launch as its command, several each under a
+        comment naming the checkpoint it resumed from."""
+        if self.complete and len(self.launches) == 1:
+            return self.launches[0]["command"]
+        lines = []
+        if not self.complete:
+            lines.append(f"# the launches up to {self.launches[0]['resumed_from']} are not recorded there")
+        for number, launch in enumerate(self.launches, 1):
+            start = f"resumed from {launch['resumed_from']}" if launch["resumed_from"] else "started the run"
+            lines += [f"# launch {number}: {start}" if self.complete else f"# {start}", launch["command"]]
+        return "\n".join(lines)
+
+    def state(self) -> dict:
+        return {"args": {"launches": self.launches, "complete": self.complete}, "attributes": {}}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -113,6 +162,15 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         if self.args.use_cpu:
             details.append(f"{torch.get_num_threads()} thread(s)")
         return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
+
+    def _load_callback_state(self) -> None:
+        # --restore_callback_states_from_checkpoint rebuilds every recorded callback from its checkpoint's record;
+        # ours were built from it already (`from_checkpoint`), the launch history with this launch added, so they stay
+        ours = [callback for callback in self.callback_handler.callbacks if isinstance(callback, RecordedInCheckpoints)]
+        super()._load_callback_state()
+        for callback in ours:
+            self.callback_handler.remove_callback(type(callback))
+            self.callback_handler.add_callback(callback)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One forward/backward; a NaN or infinite loss stops the run before the optimizer applies its gradients, so
@@ -179,4 +237,10 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         return self.accelerator.prepare(dataloader)
 
 
-__all__ = ["NonFiniteLossError", "TransformerSeq2SeqTrainer", "token_budget_sampler"]
+__all__ = [
+    "LaunchHistory",
+    "NonFiniteLossError",
+    "TrainingClock",
+    "TransformerSeq2SeqTrainer",
+    "token_budget_sampler",
+]

@@ -56,7 +56,7 @@ from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGe
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .run_lock import RUN_LOCK_NAME, RunLock
 from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
-from .trainer import TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
+from .trainer import LaunchHistory, TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
 from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME
 
 logger = logging.getLogger(__name__)
@@ -584,6 +584,9 @@ def train(
 
         if setup.checkpoint is not None and trainer.is_world_process_zero():
             print(f"Resuming from {setup.checkpoint}")
+        command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
+        launches = LaunchHistory.from_checkpoint(setup.checkpoint, command)
+        trainer.add_callback(launches)  # each checkpoint records the run's launches up to it
         train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
         trainer.save_model()  # the best checkpoint's weights when load_best_model_at_end
         trainer.save_state()
@@ -608,13 +611,9 @@ def train(
 
         if trainer.is_world_process_zero():
             trainer.save_metrics("all", metrics)
-            command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
-            if setup.checkpoint is not None:  # the earlier launches' commands are nowhere in the checkpoint
-                resumed = f"# this launch resumed {setup.checkpoint}; the run's earlier launches are not shown"
-                command = f"{resumed}\n{command}"
             context = model_card_context(
                 trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
-                config_path=config_path, command=command,
+                config_path=config_path, command=launches.card_text(),
                 training_seconds=training_seconds(trainer, train_result.metrics),
             )
             write_model_card(training_args.output_dir, context)

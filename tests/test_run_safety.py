@@ -35,7 +35,12 @@ def arguments(output_dir: Path, *extra: str):
 
 def run(output_dir: Path, *extra: str) -> dict:
     model_args, data_args, training_args, config_path = arguments(output_dir, *extra)
-    return train(model_args, data_args, training_args, config_path=config_path)
+    argv = [*SMALL, "--output_dir", str(output_dir), *extra]  # as scripts/train.py hands them on, for the card
+    return train(model_args, data_args, training_args, config_path=config_path, argv=argv)
+
+
+def card_command(folder: Path) -> str:
+    return (folder / "README.md").read_text().split("## Command\n\n```bash\n")[1].split("\n```")[0]
 
 
 def snapshot(folder: Path) -> dict[str, int]:
@@ -113,7 +118,7 @@ def test_overwrite_output_dir_refuses_a_run_folder_that_also_holds_other_files(e
 
 def test_resuming_with_other_optimizer_settings_is_refused_and_the_card_says_what_was_resumed(earlier_run, tmp_path):
     """The checkpoint's optimizer and schedule state bring back its learning rate, betas, epsilon and weight decay:
-    other values given were ignored, and the card reported them (and only the last launch's command)."""
+    other values given were ignored, and the card reported them."""
     folder = tmp_path / "run"
     subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
     for extra, message in ((["--learning_rate", "3.5"], r"--learning_rate [\d.e-]+ there, 3.5 here"),
@@ -123,9 +128,34 @@ def test_resuming_with_other_optimizer_settings_is_refused_and_the_card_says_wha
                                                      rf"their own settings \({message}\), so the ones given"):
             run(folder, "--max_steps", "10", "--resume_from_checkpoint", "last", *extra)
     run(folder, "--max_steps", "10", "--resume_from_checkpoint", "last")
-    command = (folder / "README.md").read_text().split("## Command\n\n```bash\n")[1]
-    assert command.startswith(f"# this launch resumed {folder / 'checkpoint-8'}; the run's earlier launches are not "
-                              "shown\naccelerate launch scripts/train.py")
+    assert "--max_steps 10 --resume_from_checkpoint last" in card_command(folder)
+
+
+def test_the_card_gives_every_launch_of_a_resumed_run(earlier_run, tmp_path):
+    """Each checkpoint records the run's launches up to it, so the card's command section has the first launch's
+    command (which set --save_steps 4), then each resumed one with the checkpoint it went on from."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    first = f"accelerate launch scripts/train.py {' '.join(SMALL)} --output_dir {earlier_run} --max_steps 8 " \
+            "--save_steps 4 --save_total_limit 5"
+    run(folder, "--max_steps", "12", "--resume_from_checkpoint", "last")
+    second = f"accelerate launch scripts/train.py {' '.join(SMALL)} --output_dir {folder} --max_steps 12 " \
+             "--resume_from_checkpoint last"
+    assert card_command(folder) == (f"# launch 1: started the run\n{first}\n"
+                                     f"# launch 2: resumed from {folder / 'checkpoint-8'}\n{second}")
+    # a third launch resumes from a checkpoint of the second, which recorded both; with the Trainer's own
+    # restoring of callbacks from the checkpoint too (which would rebuild the history without this launch)
+    run(folder, "--max_steps", "16", "--resume_from_checkpoint", str(folder / "checkpoint-12"),
+        "--restore_callback_states_from_checkpoint", "true")
+    commands = card_command(folder).splitlines()
+    assert commands[:4] == ["# launch 1: started the run", first, f"# launch 2: resumed from {folder / 'checkpoint-8'}",
+                            second]
+    assert commands[4] == f"# launch 3: resumed from {folder / 'checkpoint-12'}"
+    assert commands[5].endswith("--max_steps 16 --resume_from_checkpoint "
+                                f"{folder / 'checkpoint-12'} --restore_callback_states_from_checkpoint true")
+    saved = json.loads((folder / "checkpoint-16" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert [launch["resumed_from"] for launch in saved["LaunchHistory"]["args"]["launches"]] == [
+        None, str(folder / "checkpoint-8"), str(folder / "checkpoint-12")]
 
 
 @pytest.mark.parametrize("optim", [
@@ -208,7 +238,7 @@ def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys)
     assert f"| training time | {total / 60:,.1f} min ({total:,.0f} s) |" in (folder / "README.md").read_text()
 
 
-def test_a_checkpoint_saved_before_the_training_clock_existed_resumes(earlier_run, tmp_path):
+def test_a_checkpoint_saved_before_the_training_clock_and_launch_history_existed_resumes(earlier_run, tmp_path):
     # the Trainer's save looked up the clock's record in the state it loaded from such a checkpoint: a KeyError at
     # the first save after resuming, and again after every later resume
     folder = tmp_path / "run"
@@ -216,11 +246,16 @@ def test_a_checkpoint_saved_before_the_training_clock_existed_resumes(earlier_ru
     state_file = folder / "checkpoint-8" / "trainer_state.json"
     state = json.loads(state_file.read_text())
     del state["stateful_callbacks"]["TrainingClock"]
+    del state["stateful_callbacks"]["LaunchHistory"]
     state_file.write_text(json.dumps(state))
     run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
     assert json.loads((folder / "checkpoint-12" / "trainer_state.json").read_text())["global_step"] == 12
     runtime = json.loads((folder / "train_results.json").read_text())["train_runtime"]  # the time before is unknown
     assert f"| training time | {runtime / 60:,.1f} min ({runtime:,.0f} s) |" in (folder / "README.md").read_text()
+    # so are the launches before it, and the card says so
+    assert card_command(folder).splitlines()[:2] == [
+        f"# the launches up to {folder / 'checkpoint-8'} are not recorded there",
+        f"# resumed from {folder / 'checkpoint-8'}"]
 
 
 # ---- checkpoints cut short ---------------------------------------------------------------------------------------
