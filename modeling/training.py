@@ -424,6 +424,35 @@ def cpu_threads_per_process() -> int:
     return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
+class RefusedByAnotherProcess(ConfigurationError):
+    """The refusal another process of the run made and printed; this process stops with it, without printing it
+    again."""
+
+
+def first_process_then_others(training_args, first: bool, work):
+    """`work()` on the first process (`first`; one per node where the nodes do not share output_dir), then on the
+    others, which read what it wrote. A `ConfigurationError` raised by any process stops every process, the others
+    with `RefusedByAnotherProcess`: the others no longer go on alone (reading an earlier run's tokenizer from a
+    folder the first refused) into training, to fail there with a traceback."""
+    if training_args.world_size <= 1:
+        return work()
+    result = None
+    for turn in (True, False):  # the first process's turn, then the others'
+        refusal = None
+        if first is turn:
+            try:
+                result = work()
+            except ConfigurationError as error:
+                refusal = error
+        refusals = [None] * training_args.world_size  # all_gather_object is also each turn's barrier
+        torch.distributed.all_gather_object(refusals, None if refusal is None else str(refusal))
+        if refusal is not None:
+            raise refusal
+        if (message := next((text for text in refusals if text is not None), None)) is not None:
+            raise RefusedByAnotherProcess(message)
+    return result
+
+
 def launch_command(argv: Sequence[str], world_size: int, distributed_type: str) -> str:
     """The command line of this run, for the model card: accelerate's flags as its launcher hands them to the script
     (the environment) where they change the run, i.e. the processes and mixed precision (accelerate's config file, if
@@ -493,7 +522,9 @@ def setup_training(
     # data, and only then writes into output_dir; the others follow with the tokenizer it saved.
     output_dir, per_node = Path(training_args.output_dir), training_args.save_on_each_node
     first = (training_args.local_process_index if per_node else training_args.process_index) == 0
-    with training_args.main_process_first(local=per_node, desc="preparing the data"):
+    locks = []  # the run lock, once the first process holds it
+
+    def prepare():
         tokenizer = get_tokenizer(
             data_args, corpus, checkpoint, config.max_position_embeddings - 1, train_here=first,
             tokenizer_dir=output_dir,
@@ -503,11 +534,11 @@ def setup_training(
                 f"--resume_from_checkpoint {checkpoint} holds separate source/target tokenizers, which "
                 "scripts/train.py does not support"
             )
-        corpus, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length)
+        kept, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length)
         for split, report in filter_report.items():  # "total": the pairs filtered, after any --max_*_samples cut
             report["in_corpus"] = corpus_sizes[split]
-        for split in corpus:
-            if len(corpus[split]) == 0:
+        for split in kept:
+            if len(kept[split]) == 0:
                 too_long = filter_report[split].get("too_long", 0) > 0
                 raise ConfigurationError(
                     f"--max_length {data_args.max_length}: no {split} pairs are left after filtering "
@@ -516,10 +547,11 @@ def setup_training(
                     "pair with text on both sides"
                 )
         if training_args.max_tokens is not None:
-            check_token_budget(tokenized["train"], training_args, corpus["train"])
-        run_lock = RunLock(output_dir) if first else None
+            check_token_budget(tokenized["train"], training_args, kept["train"])
         if first:  # every check passed: now the run may write, once no other run writes into output_dir
+            run_lock = RunLock(output_dir)
             run_lock.acquire()
+            locks.append(run_lock)
             replacing = training_args.overwrite_output_dir and not continues_in_place(training_args, checkpoint)
             if replacing and output_dir.is_dir():
                 for earlier in output_dir.iterdir():  # the whole earlier run: its checkpoints, logs, evaluations
@@ -532,8 +564,10 @@ def setup_training(
             if data_args.tokenizer_name_or_path is None and not resuming:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 tokenizer.save_pretrained(output_dir)
+        return tokenizer, kept, tokenized, filter_report
 
     try:
+        tokenizer, corpus, tokenized, filter_report = first_process_then_others(training_args, first, prepare)
         model = build_model(model_args, data_args, tokenizer, training_args)
         collator = DataCollatorForSeq2Seq(
             tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
@@ -551,9 +585,10 @@ def setup_training(
             ),
         )
     except BaseException:
-        if run_lock is not None:
+        for run_lock in locks:
             run_lock.release()
         raise
+    run_lock = locks[0] if locks else None
     return TrainingSetup(trainer, tokenizer, corpus, tokenized, filter_report, checkpoint, push_to_hub, run_lock)
 
 
@@ -651,6 +686,7 @@ def print_summary(output_dir: str, results: list[dict], corpus) -> None:
 
 
 __all__ = [
+    "RefusedByAnotherProcess",
     "TrainingSetup",
     "build_model",
     "check_token_budget",

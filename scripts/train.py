@@ -4,7 +4,8 @@ With no arguments it trains a tiny model on the embedded copy task (configs/copy
 argument; a YAML/JSON `--config` supplies defaults that command-line flags override.
 
 A bad argument, config file or corpus stops the run before anything is written, with one line
-`train.py: error: ...` naming it and exit status 2; a failed Hub upload after training exits with status 1.
+`train.py: error: ...` naming it and exit status 2 (in a multi-process run, by the process that found it; the others
+end quietly); a failed Hub upload after training exits with status 1.
 """
 
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 from modeling.arguments import ConfigurationError, parse_arguments
 from modeling.hub import HubUploadError
 from modeling.trainer import NonFiniteLossError
-from modeling.training import train
+from modeling.training import RefusedByAnotherProcess, train
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
 
@@ -29,6 +30,10 @@ def main(argv=None) -> None:
     try:
         model_args, data_args, training_args, config_path = parse_arguments(argv, default_config=DEFAULT_CONFIG)
         train(model_args, data_args, training_args, config_path=config_path, argv=argv)
+    except RefusedByAnotherProcess:
+        # That process prints why and fails the run. This one ends quietly with status 0: the launcher (torch's
+        # elastic agent) stops every process as soon as one fails, which could be before that one has printed.
+        sys.exit(0)
     except ConfigurationError as error:
         fail(error, status=2)
     except (HubUploadError, NonFiniteLossError) as error:  # not an argument error: found while training

@@ -37,6 +37,7 @@ from modeling.checkpoints import average_checkpoints, last_checkpoints
 from modeling.data import synthetic_task_dataset
 from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.model_card import card_data, hub_dataset_id, record_evaluation
+from modeling.run_lock import RunLock
 from modeling.schedule import noam_learning_rate
 from modeling.tokenization import train_tokenizer
 from modeling.training import cpu_threads_per_process, setup_training, train
@@ -115,6 +116,30 @@ def test_uploaded_contents_load_with_auto_classes_in_a_fresh_process_and_reprodu
     reported = json.loads((output_dir / "eval_results.json").read_text())
     assert fresh["bleu"] == pytest.approx(reported["eval_bleu"], abs=1e-3)
     assert fresh["exact_match"] == pytest.approx(reported["eval_exact_match"], abs=1e-3)
+
+
+def test_a_refusal_by_the_first_of_two_processes_stops_both_with_its_one_line(ddp_run, tmp_path):
+    """The first process checks the data and takes the run's lock before the others read the tokenizer it saved; its
+    refusal (here: another process holds the lock) stops the other too, which used to go on alone with the earlier
+    run's tokenizer in the folder and fail with a traceback once training began."""
+    output_dir, _ = ddp_run
+    folder = tmp_path / "run"
+    shutil.copytree(output_dir, folder)
+    lock = RunLock(folder)
+    lock.acquire()  # as a run that still trains into the folder
+    try:
+        result = accelerate_launch(
+            ["--multi_gpu", "--num_processes", "2", "--mixed_precision", "no"],
+            [*QUICK, "--output_dir", str(folder), "--max_steps", "2", "--overwrite_output_dir", "true"],
+            env={"OMP_NUM_THREADS": "1"}, check=False,
+        )
+    finally:
+        lock.release()
+    refusals = [line for line in result.stderr.splitlines() if "train.py: error:" in line]
+    assert len(refusals) == 1 and f"--output_dir {folder} is in use" in refusals[0], result.stderr
+    assert result.returncode != 0 and re.search(r"rank +: 0 \(local_rank: 0\)\n +exitcode +: 2 ", result.stderr)
+    assert "[rank1]" not in result.stderr and "no tokenizer" not in result.stderr  # process 1 ended quietly
+    assert (folder / "model.safetensors").read_bytes() == (output_dir / "model.safetensors").read_bytes()
 
 
 def test_model_card_is_filled(ddp_run):
