@@ -97,8 +97,10 @@ class AnnotatedTransformerTranslationPipeline(Pipeline):
         if not isinstance(text, str):
             raise TypeError(f"the pipeline translates strings, got {type(text).__name__}: {text!r}")
         prefix = self.prefix or ""
-        return self.tokenizer(prefix + text, truncation=truncation, return_tensors="pt",
-                              return_token_type_ids=False)
+        # truncated to what the encoder has positions for, whatever the tokenizer's model_max_length says
+        max_length = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
+        return self.tokenizer(prefix + text, truncation=truncation, max_length=max_length if truncation else None,
+                              return_tensors="pt", return_token_type_ids=False)
 
     def _forward(self, model_inputs, **generate_kwargs):
         batch_size = model_inputs["input_ids"].shape[0]

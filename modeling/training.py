@@ -372,6 +372,8 @@ def get_tokenizer(
                 f"--resume_from_checkpoint {checkpoint} (other vocabulary: its model's token ids would mean other "
                 "tokens); leave --tokenizer_name_or_path out to resume with the checkpoint's own"
             )
+        for each in tokenizer if isinstance(tokenizer, tuple) else (tokenizer,):  # saved with the model: its limit
+            each.model_max_length = min(each.model_max_length, model_max_length)
         return tokenizer
     if checkpoint is not None:
         return load_tokenizers(checkpoint)

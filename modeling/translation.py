@@ -125,13 +125,22 @@ def check_ctranslate2_folder(model_dir: str | os.PathLike) -> None:
 
 
 def _check_tokenizer_files(path: Path, hint: str) -> None:
+    """FileNotFoundError for a missing tokenizer file, ValueError for one that is JSON of another shape (which
+    transformers meets with a KeyError or an AttributeError); JSON that does not parse is named when it loads."""
     for folder in (path, path / TARGET_TOKENIZER_SUBDIR):
-        if folder.is_dir() and not (folder / TOKENIZER_FILE).is_file():
-            raise FileNotFoundError(f"{folder} holds no {TOKENIZER_FILE} (the tokenizer): {hint}")
-        if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
-            raise FileNotFoundError(
-                f"{folder} holds no {TOKENIZER_CONFIG_FILE} (the tokenizer's special tokens and class): {hint}"
-            )
+        if not folder.is_dir():
+            continue
+        for name, what, keys in ((TOKENIZER_FILE, "the tokenizer", ("model", "added_tokens")),
+                                 (TOKENIZER_CONFIG_FILE, "the tokenizer's special tokens and class", ())):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder} holds no {name} ({what}): {hint}")
+            try:
+                content = json.loads((folder / name).read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if not isinstance(content, dict) or any(key not in content for key in keys):
+                raise ValueError(f"{folder / name} is not {what} (a JSON object{' with ' if keys else ''}"
+                                 f"{' and '.join(map(repr, keys))}): the file is corrupt")
 
 
 def resolve_device(device: str | None = None) -> str:
@@ -264,12 +273,20 @@ def translate(
         batch_size, max_tokens: caps on sentences and on padded source tokens per batch (see
             `length_sorted_batches`); default: batches of DEFAULT_BATCH_SIZE sentences.
         progress: show a tqdm bar over sentences.
-        generate_kwargs: passed to `model.generate`.
+        generate_kwargs: passed to `model.generate` (one sequence per text: `num_return_sequences` other than 1
+            is refused, and a saved generation config's is not used).
 
     Whitespace-only texts translate to "" without reaching the model. A text longer than the model's
     `max_position_embeddings` tokens is truncated, with a logged warning naming its line (see `encode_sources`).
     """
     _check_at_least_one(num_beams=num_beams, max_new_tokens=max_new_tokens)
+    if isinstance(texts, str):
+        raise TypeError("translate() takes a list of texts; a single string would be translated character by character")
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError(f"num_return_sequences={generate_kwargs['num_return_sequences']}: translate() gives one "
+                         "translation per text; for several, use the translation pipeline or model.generate")
+    # one row of token ids per text, whatever the saved generation config asks for
+    generate_kwargs.update(num_return_sequences=1, return_dict_in_generate=False)
     target_tokenizer = target_tokenizer or tokenizer
     texts = list(texts)
     max_positions = getattr(model.config, "max_position_embeddings", None)

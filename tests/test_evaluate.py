@@ -347,9 +347,15 @@ def test_model_files_that_load_but_do_not_fit_are_named_without_a_traceback(mode
                                    r"generation_config\.json holds a value generate\(\) cannot use: max_new_tokens "
                                    r"must be an integer, got 'abc'"),
         "tokenizer.json": (None, r"its tokenizer files \(tokenizer\.json, tokenizer_config\.json\) cannot be read"),
+        # JSON of another shape: transformers' KeyError 'added_tokens' and AttributeError tracebacks before
+        "tokenizer.json/other shape": (lambda tokenizer: {"a": 1}, r"tokenizer\.json is not the tokenizer \(a JSON "
+                                       r"object with 'model' and 'added_tokens'\): the file is corrupt"),
+        "tokenizer_config.json/other shape": (lambda config: [1], r"tokenizer_config\.json is not the tokenizer's "
+                                              r"special tokens and class \(a JSON object\): the file is corrupt"),
     }
-    for name, (change, message) in cases.items():
-        changed = tmp_path / name
+    for case, (change, message) in cases.items():
+        name = case.split("/")[0]
+        changed = tmp_path / case.replace("/", "-").replace(" ", "-")
         shutil.copytree(model_dir, changed)
         text = (model_dir / name).read_text()
         (changed / name).write_text(json.dumps(change(json.loads(text))) if change else text[: len(text) // 2])

@@ -143,6 +143,20 @@ def test_pipeline_options_and_round_trip(model_dir, tmp_path):
     assert again(SOURCES, num_beams=1) == translator(SOURCES, num_beams=1)
 
 
+def test_truncation_fits_the_encoder_positions_whatever_the_tokenizer_allows(model_dir):
+    """A tokenizer trained by train_tokenizer.py keeps --model_max_length 1024 where a model may have fewer
+    positions: truncation=True cut texts to 1024 tokens, and the model refused them."""
+    translator = pipeline("translation", model=str(model_dir), trust_remote_code=True, device="cpu")
+    positions = translator.model.config.max_position_embeddings
+    translator.tokenizer.model_max_length = 1024
+    long_text = " ".join(["7"] * (positions + 8))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        translator(long_text, num_beams=1)  # not truncated unless asked
+    truncated = translator.preprocess(long_text, truncation=True)["input_ids"]
+    assert truncated.shape[1] == positions and truncated[0, -1].item() == translator.tokenizer.eos_token_id
+    assert translator(long_text, truncation=True, num_beams=1)[0]["translation_text"].startswith("7 7")
+
+
 def test_a_separate_target_vocabulary_decodes_with_the_target_tokenizer(tmp_path):
     """A folder with `target_tokenizer/` (source and target vocabularies differ) decodes with that tokenizer."""
     source = train_tokenizer([" ".join(str(i) for i in range(10))] * 20, vocab_size=270)

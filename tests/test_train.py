@@ -846,6 +846,22 @@ def test_separate_tokenizers_are_refused_before_the_corpus_is_loaded(tmp_path):
         run_in_process(tmp_path / "out", "--tokenizer_name_or_path", str(tmp_path / "tok"))
 
 
+def test_a_given_tokenizer_is_saved_with_the_models_length_limit(tmp_path):
+    """train_tokenizer.py's tokenizers keep --model_max_length 1024; saved with a model of fewer positions, that
+    limit let truncation=True pass texts the model refuses."""
+    from modeling.tokenization import dataset_texts
+
+    setup = setup_training(*quick_args(tmp_path / "first", "--max_steps", "1")[:3])
+    trained = train_tokenizer(dataset_texts(setup.corpus["train"]), vocab_size=300, model_max_length=1024)
+    trained.save_pretrained(tmp_path / "tok")
+    setup.run_lock.release()
+    setup = setup_training(*quick_args(tmp_path / "out", "--max_steps", "1", "--tokenizer_name_or_path",
+                                       str(tmp_path / "tok"))[:3])
+    setup.run_lock.release()
+    positions = setup.trainer.model.config.max_position_embeddings
+    assert setup.tokenizer.model_max_length == positions - 1  # as for a tokenizer the run trains itself
+
+
 def test_a_tokenizer_without_the_special_tokens_translation_needs_is_refused(tmp_path):
     """Without </s> at the end of every encoded text the model never learns to stop; without a padding token the
     collator fails after the corpus is tokenized."""

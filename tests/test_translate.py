@@ -2,6 +2,7 @@
 length-sorted batches whose output equals one-by-one translation, and bad arguments fail before the model loads."""
 
 import io
+import json
 import logging
 import os
 import random
@@ -104,6 +105,25 @@ def test_generation_options_reach_generate(loaded):
     default = translate(SOURCES, model, tokenizer)  # the folder's generation config: 2 beams, max_length 12
     expected = model.generate(**tokenizer(SOURCES[:1], return_tensors="pt"), num_beams=2, max_length=12)
     assert default[0] == tokenizer.decode(expected[0], skip_special_tokens=True).strip()
+
+
+def test_one_translation_per_text_whatever_the_generation_config_asks(loaded, model_dir, tmp_path):
+    """A saved generation config with num_return_sequences 2 (or return_dict_in_generate) gave line 1's second beam
+    to line 2, and so on, dropping the last line; a single string was translated character by character."""
+    model, tokenizer = loaded
+    expected = translate(SOURCES, model, tokenizer, num_beams=2)
+    changed = tmp_path / "model"
+    shutil.copytree(model_dir, changed)
+    saved = json.loads((model_dir / "generation_config.json").read_text())
+    (changed / "generation_config.json").write_text(json.dumps(
+        {**saved, "num_beams": 2, "num_return_sequences": 2, "return_dict_in_generate": True}))
+    asking_two, changed_tokenizer, _ = load_translation_model(changed, device="cpu")
+    assert asking_two.generation_config.num_return_sequences == 2
+    assert translate(SOURCES, asking_two, changed_tokenizer) == expected
+    with pytest.raises(ValueError, match=r"num_return_sequences=2: translate\(\) gives one translation per text"):
+        translate(SOURCES, model, tokenizer, num_beams=2, num_return_sequences=2)
+    with pytest.raises(TypeError, match=r"takes a list of texts; a single string would be translated character"):
+        translate(SOURCES[0], model, tokenizer)
 
 
 def test_length_sorted_batches_respect_both_caps_and_cover_each_sentence_once():
