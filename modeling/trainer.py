@@ -207,13 +207,23 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
+    def get_total_train_batch_size(self, args) -> int:
+        """Pairs per optimizer step, for the Trainer's samples/s: under --max_tokens a batch holds the pairs that fit
+        the budget (their mean over an epoch's batches), not --per_device_train_batch_size."""
+        total = super().get_total_train_batch_size(args)
+        sampler = getattr(self, "_token_budget_sampler", None)  # set by get_train_dataloader, which runs first
+        if getattr(args, "max_tokens", None) is None or sampler is None:
+            return total
+        pairs_per_batch = len(sampler.padded_source_lengths) / len(sampler.batches)
+        return max(1, round(total / args.per_device_train_batch_size * pairs_per_batch))
+
     def get_train_dataloader(self) -> DataLoader:
         if getattr(self.args, "max_tokens", None) is None:
             return super().get_train_dataloader()
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = token_budget_sampler(dataset, self.args)
+        sampler = self._token_budget_sampler = token_budget_sampler(dataset, self.args)
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, _SetSamplerEpoch):
                 callback.sampler = sampler

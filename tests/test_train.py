@@ -85,6 +85,9 @@ def test_two_process_run_trains_evaluates_and_saves(ddp_run):
     results = json.loads((output_dir / "all_results.json").read_text())
     # Gathering padded the 7 and 5 sentences to 8 and 6 predictions; the scores cover exactly the sets.
     assert results["eval_sentences"] == EVAL_SIZE and results["test_sentences"] == TEST_SIZE
+    # The pairs of the token-budget batches both processes trained on (--per_device_train_batch_size counted 8 each)
+    pairs = results["train_samples_per_second"] * results["train_runtime"]
+    assert pairs == pytest.approx(state["epoch"] * 200, rel=0.1)  # QUICK: 200 training pairs
     for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json", "modeling_annotated_transformer.py",
                  "configuration_annotated_transformer.py", "README.md"):
