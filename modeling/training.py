@@ -25,7 +25,7 @@ import datasets
 import psutil
 import torch
 from torch import nn
-from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
+from transformers import DataCollatorForSeq2Seq, Trainer, TrainerState, set_seed
 
 from .arguments import (
     ConfigurationError,
@@ -183,23 +183,49 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
         )
 
 
-def refuse_finished_run(checkpoint: str, training_args) -> None:
+def refuse_finished_run(checkpoint: str, training_args) -> bool:
     """Refuse to resume from a checkpoint that already reached the end this run asks for (--max_steps, else
-    --num_train_epochs): the Trainer would take one more step anyway and replace the run's final model."""
+    --num_train_epochs) where the run finished: the Trainer would take one more step anyway and replace the run's
+    final model. True where the run stopped after that checkpoint without finishing (in its final evaluation, say):
+    `train` then writes its final model, evaluations and card from the checkpoint, without training."""
     state = json_object(Path(checkpoint) / TRAINER_STATE_NAME)
     step, epoch = state.get("global_step", 0), state.get("epoch") or 0
     if training_args.max_steps > 0:
         if step < training_args.max_steps:
-            return
+            return False
         reached = f"step {step}, and --max_steps is {training_args.max_steps}"
     elif epoch >= training_args.num_train_epochs:
         reached = f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
     else:
-        return
+        return False
+    if not finished_at(training_args.output_dir, step):
+        return True
     raise ConfigurationError(
         f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
         "it is); raise --max_steps or --num_train_epochs to train it further"
     )
+
+
+def finished_at(output_dir: str | os.PathLike, step: int) -> bool:
+    """Whether the run in `output_dir` finished at `step`: `train` saves the top-level trainer_state.json last, after
+    the final model, its evaluations and its card."""
+    state = Path(output_dir) / TRAINER_STATE_NAME
+    try:
+        return state.is_file() and json_object(state).get("global_step") == step
+    except ValueError:  # a damaged state: the run did not finish writing it
+        return False
+
+
+def finish_from_checkpoint(trainer, checkpoint: str) -> None:
+    """Leave `trainer` as `trainer.train()` leaves it when `checkpoint` is the run's last step: the checkpoint's
+    state, and its weights (the best checkpoint's with --load_best_model_at_end, as the Trainer loads them)."""
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
+    best = trainer.state.best_model_checkpoint
+    loads_best = trainer.args.load_best_model_at_end and best is not None and Path(best).is_dir()
+    source = best if loads_best else checkpoint
+    model = trainer.model
+    saved = type(model).from_pretrained(source, dtype=model.dtype)
+    model.load_state_dict(saved.state_dict())
 
 
 def warn_of_later_checkpoints(checkpoint: str) -> None:
@@ -481,6 +507,7 @@ class TrainingSetup:
     checkpoint: str | None
     push_to_hub: bool
     run_lock: RunLock | None = None  # held by the process that writes output_dir (`RunLock`); released by `train`
+    finishing: bool = False  # the checkpoint is the run's last step: no training, the rest is written from it
 
 
 def setup_training(
@@ -494,8 +521,8 @@ def setup_training(
     config = validate_arguments(model_args, data_args, training_args)
     checkpoint = resolve_checkpoint(training_args)
     resuming = checkpoint is not None
+    finishing = resuming and refuse_finished_run(checkpoint, training_args)
     if resuming:
-        refuse_finished_run(checkpoint, training_args)
         refuse_other_architecture(checkpoint, config)
         refuse_other_optimization(checkpoint, training_args)
         warn_of_later_checkpoints(checkpoint)
@@ -591,7 +618,8 @@ def setup_training(
             run_lock.release()
         raise
     run_lock = locks[0] if locks else None
-    return TrainingSetup(trainer, tokenizer, corpus, tokenized, filter_report, checkpoint, push_to_hub, run_lock)
+    return TrainingSetup(trainer, tokenizer, corpus, tokenized, filter_report, checkpoint, push_to_hub, run_lock,
+                         finishing)
 
 
 def train(
@@ -620,16 +648,20 @@ def train(
             )
 
         if setup.checkpoint is not None and trainer.is_world_process_zero():
-            print(f"Resuming from {setup.checkpoint}")
+            print(f"Finishing the run from {setup.checkpoint}, its last step: its final model, evaluations and card, "
+                  "without training" if setup.finishing else f"Resuming from {setup.checkpoint}")
         command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
         launches = LaunchHistory.from_checkpoint(setup.checkpoint, command)
         trainer.add_callback(launches)  # each checkpoint records the run's launches up to it
-        train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
+        if setup.finishing:
+            finish_from_checkpoint(trainer, setup.checkpoint)
+            metrics, this_launch_seconds = {}, 0.0  # the checkpoint's clock holds the whole training time
+        else:
+            train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
+            metrics, this_launch_seconds = dict(train_result.metrics), train_result.metrics.get("train_runtime")
+            trainer.log_metrics("train", train_result.metrics)
+            trainer.save_metrics("train", train_result.metrics)
         trainer.save_model()  # the best checkpoint's weights when load_best_model_at_end
-        trainer.save_state()
-        metrics = dict(train_result.metrics)
-        trainer.log_metrics("train", train_result.metrics)
-        trainer.save_metrics("train", train_result.metrics)
 
         results, signatures = [], {}
         test_sets = [split for split in tokenized if split not in ("train", "validation")]
@@ -651,9 +683,10 @@ def train(
             context = model_card_context(
                 trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
                 config_path=config_path, command=launches.card_text(),
-                training_seconds=training_seconds(trainer, train_result.metrics),
+                training_seconds=training_seconds(trainer, this_launch_seconds),
             )
             write_model_card(training_args.output_dir, context)
+            trainer.save_state()  # last: the run's folder is finished (`finished_at`)
             print_summary(training_args.output_dir, results, corpus)
             if setup.push_to_hub:
                 push_folder_to_hub(
@@ -667,9 +700,8 @@ def train(
             setup.run_lock.release()
 
 
-def training_seconds(trainer, train_metrics: dict) -> float | None:
-    """The run's training time: this launch's `train_runtime` plus what the run trained before resuming."""
-    runtime = train_metrics.get("train_runtime")
+def training_seconds(trainer, runtime: float | None) -> float | None:
+    """The run's training time: this launch's (`train_runtime`) plus what the run trained before resuming."""
     clock = next((callback for callback in trainer.callback_handler.callbacks if isinstance(callback, TrainingClock)),
                  None)
     return None if runtime is None else runtime + (clock.seconds_before if clock is not None else 0.0)

@@ -223,6 +223,36 @@ def test_overwrite_output_dir_refuses_a_folder_that_holds_no_run(tmp_path):
     assert [path.name for path in folder.iterdir()] == ["train.de"]
 
 
+def test_a_run_stopped_after_its_last_checkpoint_is_finished_without_training(earlier_run, tmp_path, capsys):
+    """Killed in its final evaluation (after checkpoint-8, its last step, before its card): resuming was refused as
+    a finished run, and starting again as an earlier run, so the run could not be finished. Now the same command
+    with --resume_from_checkpoint last writes the final model, evaluations and card from the checkpoint without
+    taking a step; a second time it is refused, as the run is finished."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    for name in ("README.md", "trainer_state.json", "model.safetensors", "all_results.json", "test_results.json"):
+        (folder / name).unlink()  # what a run killed in its final evaluation has not written yet
+    run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
+    assert "Finishing the run from" in capsys.readouterr().out
+    assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
+    final, last = load_file(folder / "model.safetensors"), load_file(folder / "checkpoint-8" / "model.safetensors")
+    assert final.keys() == last.keys() and all(torch.equal(final[name], last[name]) for name in final)
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert state["global_step"] == 8 and state["log_history"] == json.loads(
+        (folder / "checkpoint-8" / "trainer_state.json").read_text())["log_history"]
+    results = json.loads((folder / "all_results.json").read_text())
+    assert results["test_sentences"] == 4 and "eval_bleu" in results
+    trained = json.loads((folder / "checkpoint-8" / "trainer_state.json").read_text())["stateful_callbacks"][
+        "TrainingClock"]["args"]["seconds_before"]  # the time up to the last step, not this launch's
+    assert f"| training time | {trained / 60:,.1f} min ({trained:,.0f} s) |" in (folder / "README.md").read_text()
+    assert card_command(folder).splitlines()[-2] == f"# launch 2: resumed from {folder / 'checkpoint-8'}"
+    before = snapshot(folder)
+    with pytest.raises(ConfigurationError, match=r"checkpoint-8 is at step 8, and --max_steps is 8: that run is "
+                                                 r"finished"):
+        run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
+    assert snapshot(folder) == before
+
+
 def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys):
     folder = tmp_path / "run"
     subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
