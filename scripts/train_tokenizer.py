@@ -22,6 +22,7 @@ from modeling.checkpoints import holds_model
 from modeling.command_line import OneLineErrorParser, positive_int
 from modeling.data import load_parallel_corpus
 from modeling.tokenization import (
+    MIN_VOCAB_SIZE,
     check_vocab_size,
     dataset_texts,
     save_tokenizers,
@@ -99,6 +100,13 @@ def main(argv=None):
                 dataset_texts(split, "source"), dataset_texts(split, "target"), joint=not args.separate,
                 target_vocab_size=args.target_vocab_size, **settings,
             )
+        for side, tokenizer in zip(("source", "target"), tokenizers if isinstance(tokenizers, tuple) else [tokenizers]):
+            if len(tokenizer) == MIN_VOCAB_SIZE:  # only the special tokens and the bytes
+                what = f"--files {' '.join(map(str, args.files))}" if args.files else f"--data {args.data}"
+                raise ValueError(
+                    f"{what}: the {side + ' ' if isinstance(tokenizers, tuple) else ''}text is empty or too small to "
+                    f"learn any merge (each must occur --min_frequency {args.min_frequency} times); nothing saved"
+                )
     except ValueError as error:  # also check_output_dir's ConfigurationError and a file that is not UTF-8
         parser.error(" ".join(line.strip() for line in str(error).splitlines()))
     seconds = time.perf_counter() - start

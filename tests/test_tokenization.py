@@ -239,6 +239,8 @@ def _cli_main():
         (["--target_vocab_size", "300"], r"--target_vocab_size 300 differs from --vocab_size 8000.*add --separate"),
         (["--files", "no/such.txt"], r"--files: no/such.txt does not exist or is not a file"),
         (["--files", "no/such.txt", "--separate"], r"--separate needs --data"),
+        (["--files", "{tmp}/file"], r"--files .*/file: the text is empty or too small to learn any merge \(each must "
+                                    r"occur --min_frequency 2 times\); nothing saved"),
         (["--output_dir", "{tmp}/file/tok"], r"--output_dir .*/file/tok: .*/file is a file, not a folder"),
         (["--output_dir", "{tmp}/model"], r"--output_dir .*/model holds a model, whose embeddings belong to its own "
                                           "tokenizer"),
