@@ -189,7 +189,7 @@ def train_tokenizer(
     tokenizer.train_from_iterator(_text_batches(texts_or_files), trainer=trainer)
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == expected_id, f"{token} got id {tokenizer.token_to_id(token)}"
-    if tokenizer.get_vocab_size() == MIN_VOCAB_SIZE:
+    if tokenizer.get_vocab_size() == MIN_VOCAB_SIZE < vocab_size:  # room for merges, but none learned
         logger.warning("the tokenizer learned no merges: the training text was empty or too small")
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}", pair=f"$A {EOS_TOKEN} $B {EOS_TOKEN}", special_tokens=[(EOS_TOKEN, EOS_TOKEN_ID)]

@@ -115,8 +115,10 @@ class LaunchHistory(RecordedInCheckpoints):
         """The launches `checkpoint` recorded (none without a checkpoint), then this one, `command`."""
         saved = cls.saved_args(checkpoint)
         launches = saved.get("launches")
-        recorded = isinstance(launches, list) and all(
-            isinstance(launch, dict) and isinstance(launch.get("command"), str) for launch in launches
+        recorded = isinstance(launches, list) and bool(launches) and all(
+            isinstance(launch, dict) and set(launch) == {"command", "resumed_from"}
+            and isinstance(launch["command"], str) and isinstance(launch["resumed_from"], (str, type(None)))
+            for launch in launches
         )
         history = cls(launches if recorded else (),
                       complete=checkpoint is None or (recorded and saved.get("complete") is not False))
@@ -164,13 +166,17 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
 
     def _load_callback_state(self) -> None:
-        # --restore_callback_states_from_checkpoint rebuilds every recorded callback from its checkpoint's record;
-        # ours were built from it already (`from_checkpoint`), the launch history with this launch added, so they stay
-        ours = [callback for callback in self.callback_handler.callbacks if isinstance(callback, RecordedInCheckpoints)]
-        super()._load_callback_state()
-        for callback in ours:
-            self.callback_handler.remove_callback(type(callback))
-            self.callback_handler.add_callback(callback)
+        # --restore_callback_states_from_checkpoint rebuilds every recorded callback from its checkpoint's record
+        # (`type(callback)(**args)`, unchecked); ours were built from it already (`from_checkpoint`, which checks the
+        # record), the launch history with this launch added, so the Trainer does not see their records
+        names = {type(callback).__name__ for callback in self.callback_handler.callbacks
+                 if isinstance(callback, RecordedInCheckpoints)}
+        records = {name: self.state.stateful_callbacks.pop(name) for name in names
+                   if name in self.state.stateful_callbacks}
+        try:
+            super()._load_callback_state()
+        finally:
+            self.state.stateful_callbacks.update(records)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One forward/backward; a NaN or infinite loss stops the run before the optimizer applies its gradients, so
@@ -210,12 +216,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
     def get_total_train_batch_size(self, args) -> int:
         """Pairs per optimizer step, for the Trainer's samples/s: under --max_tokens a batch holds the pairs that fit
         the budget (their mean over an epoch's batches), not --per_device_train_batch_size."""
-        total = super().get_total_train_batch_size(args)
         sampler = getattr(self, "_token_budget_sampler", None)  # set by get_train_dataloader, which runs first
         if getattr(args, "max_tokens", None) is None or sampler is None:
-            return total
+            return super().get_total_train_batch_size(args)
         pairs_per_batch = len(sampler.padded_source_lengths) / len(sampler.batches)
-        return max(1, round(total / args.per_device_train_batch_size * pairs_per_batch))
+        return max(1, round(pairs_per_batch * args.gradient_accumulation_steps * args.world_size))
 
     def get_train_dataloader(self) -> DataLoader:
         if getattr(self.args, "max_tokens", None) is None:

@@ -198,7 +198,7 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
         reached = f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
     else:
         return False
-    if not finished_at(training_args.output_dir, step):
+    if not finished_at(Path(checkpoint).parent, step):
         return True
     raise ConfigurationError(
         f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
@@ -206,14 +206,18 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
     )
 
 
-def finished_at(output_dir: str | os.PathLike, step: int) -> bool:
-    """Whether the run in `output_dir` finished at `step`: `train` saves the top-level trainer_state.json last, after
-    the final model, its evaluations and its card."""
-    state = Path(output_dir) / TRAINER_STATE_NAME
+def finished_at(run_dir: str | os.PathLike, step: int) -> bool:
+    """Whether the run in `run_dir` finished at `step` or later: `train` writes its card, then saves the top-level
+    trainer_state.json last (runs saved before that order had the state before their evaluations: the card is
+    required too)."""
+    state = Path(run_dir) / TRAINER_STATE_NAME
+    if not (Path(run_dir) / MODEL_CARD_NAME).is_file() or not state.is_file():
+        return False
     try:
-        return state.is_file() and json_object(state).get("global_step") == step
+        finished_step = json_object(state).get("global_step")
     except ValueError:  # a damaged state: the run did not finish writing it
         return False
+    return isinstance(finished_step, int) and finished_step >= step
 
 
 def finish_from_checkpoint(trainer, checkpoint: str) -> None:
@@ -221,8 +225,11 @@ def finish_from_checkpoint(trainer, checkpoint: str) -> None:
     state, and its weights (the best checkpoint's with --load_best_model_at_end, as the Trainer loads them)."""
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
     best = trainer.state.best_model_checkpoint
-    loads_best = trainer.args.load_best_model_at_end and best is not None and Path(best).is_dir()
-    source = best if loads_best else checkpoint
+    if best is not None and not Path(best).is_dir():  # as the Trainer treats it when resuming
+        logger.warning("The best checkpoint %s recorded in %s does not exist anymore: the run's final model is %s",
+                       best, checkpoint, checkpoint)
+        trainer.state.best_model_checkpoint = best = None
+    source = best if trainer.args.load_best_model_at_end and best is not None else checkpoint
     model = trainer.model
     saved = type(model).from_pretrained(source, dtype=model.dtype)
     model.load_state_dict(saved.state_dict())

@@ -100,8 +100,10 @@ def main(argv=None):
                 dataset_texts(split, "source"), dataset_texts(split, "target"), joint=not args.separate,
                 target_vocab_size=args.target_vocab_size, **settings,
             )
-        for side, tokenizer in zip(("source", "target"), tokenizers if isinstance(tokenizers, tuple) else [tokenizers]):
-            if len(tokenizer) == MIN_VOCAB_SIZE:  # only the special tokens and the bytes
+        asked = (args.vocab_size, args.target_vocab_size or args.vocab_size)
+        for side, tokenizer, size in zip(("source", "target"),
+                                         tokenizers if isinstance(tokenizers, tuple) else [tokenizers], asked):
+            if len(tokenizer) == MIN_VOCAB_SIZE < size:  # only the special tokens and the bytes, where more fit
                 what = f"--files {' '.join(map(str, args.files))}" if args.files else f"--data {args.data}"
                 raise ValueError(
                     f"{what}: the {side + ' ' if isinstance(tokenizers, tuple) else ''}text is empty or too small to "

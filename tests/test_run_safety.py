@@ -223,34 +223,69 @@ def test_overwrite_output_dir_refuses_a_folder_that_holds_no_run(tmp_path):
     assert [path.name for path in folder.iterdir()] == ["train.de"]
 
 
-def test_a_run_stopped_after_its_last_checkpoint_is_finished_without_training(earlier_run, tmp_path, capsys):
+@pytest.mark.parametrize("state_saved_before_the_card", [False, True])
+def test_a_run_stopped_after_its_last_checkpoint_is_finished_without_training(
+        earlier_run, tmp_path, capsys, caplog, state_saved_before_the_card):
     """Killed in its final evaluation (after checkpoint-8, its last step, before its card): resuming was refused as
     a finished run, and starting again as an earlier run, so the run could not be finished. Now the same command
     with --resume_from_checkpoint last writes the final model, evaluations and card from the checkpoint without
-    taking a step; a second time it is refused, as the run is finished."""
+    taking a step; a second time it is refused, as the run is finished. Runs saved before the top-level
+    trainer_state.json was written last have it already (the card is missing all the same)."""
     folder = tmp_path / "run"
     subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
-    for name in ("README.md", "trainer_state.json", "model.safetensors", "all_results.json", "test_results.json"):
+    for name in ("README.md", "model.safetensors", "all_results.json", "test_results.json"):
         (folder / name).unlink()  # what a run killed in its final evaluation has not written yet
-    run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
+    if not state_saved_before_the_card:
+        (folder / "trainer_state.json").unlink()
+    # a best checkpoint that is gone is not named as the final model (the Trainer ignores it when resuming too)
+    state_file = folder / "checkpoint-8" / "trainer_state.json"
+    state_file.write_text(json.dumps({**json.loads(state_file.read_text()),
+                                      "best_model_checkpoint": str(folder / "checkpoint-2")}))
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):
+        run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
     assert "Finishing the run from" in capsys.readouterr().out
+    assert f"The best checkpoint {folder / 'checkpoint-2'} recorded in" in caplog.text
     assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
     final, last = load_file(folder / "model.safetensors"), load_file(folder / "checkpoint-8" / "model.safetensors")
     assert final.keys() == last.keys() and all(torch.equal(final[name], last[name]) for name in final)
     state = json.loads((folder / "trainer_state.json").read_text())
-    assert state["global_step"] == 8 and state["log_history"] == json.loads(
-        (folder / "checkpoint-8" / "trainer_state.json").read_text())["log_history"]
+    assert state["global_step"] == 8 and state["best_model_checkpoint"] is None
+    assert state["log_history"] == json.loads(state_file.read_text())["log_history"]
     results = json.loads((folder / "all_results.json").read_text())
     assert results["test_sentences"] == 4 and "eval_bleu" in results
-    trained = json.loads((folder / "checkpoint-8" / "trainer_state.json").read_text())["stateful_callbacks"][
-        "TrainingClock"]["args"]["seconds_before"]  # the time up to the last step, not this launch's
-    assert f"| training time | {trained / 60:,.1f} min ({trained:,.0f} s) |" in (folder / "README.md").read_text()
+    trained = json.loads(state_file.read_text())["stateful_callbacks"]["TrainingClock"]["args"][
+        "seconds_before"]  # the time up to the last step, not this launch's
+    card = (folder / "README.md").read_text()
+    assert f"| training time | {trained / 60:,.1f} min ({trained:,.0f} s) |" in card and "checkpoint-2" not in card
     assert card_command(folder).splitlines()[-2] == f"# launch 2: resumed from {folder / 'checkpoint-8'}"
     before = snapshot(folder)
-    with pytest.raises(ConfigurationError, match=r"checkpoint-8 is at step 8, and --max_steps is 8: that run is "
-                                                 r"finished"):
-        run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
-    assert snapshot(folder) == before
+    for extra, step in ((["--resume_from_checkpoint", "last"], 8),
+                        (["--resume_from_checkpoint", str(folder / "checkpoint-4"), "--max_steps", "4"], 4)):
+        with pytest.raises(ConfigurationError, match=rf"checkpoint-{step} is at step {step}, and --max_steps is "
+                                                     rf"{step}: that run is finished"):
+            run(folder, "--max_steps", "8", *extra)  # an older checkpoint would replace the final model
+    with pytest.raises(ConfigurationError, match=r"that run is finished"):  # nor is it finished into another folder
+        run(tmp_path / "elsewhere", "--max_steps", "8", "--resume_from_checkpoint", str(folder / "checkpoint-8"))
+    assert snapshot(folder) == before and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run, tmp_path):
+    """The Trainer rebuilds recorded callbacks from their records unchecked (--restore_callback_states_from_checkpoint:
+    a TypeError); a record missing a field failed only when the card was written, after training."""
+    for number, record in enumerate(({"launches": [1, 2], "complete": True, "extra": 0},
+                                     {"launches": [{"command": "x"}], "complete": True},
+                                     {"launches": [], "complete": True})):
+        folder = tmp_path / f"run{number}"
+        subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+        state_file = folder / "checkpoint-8" / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        state["stateful_callbacks"]["LaunchHistory"] = {"args": record, "attributes": {}}
+        state_file.write_text(json.dumps(state))
+        run(folder, "--max_steps", "9", "--resume_from_checkpoint", "last",
+            "--restore_callback_states_from_checkpoint", "true")
+        assert card_command(folder).splitlines()[:2] == [
+            f"# the launches up to {folder / 'checkpoint-8'} are not recorded there",
+            f"# resumed from {folder / 'checkpoint-8'}"], record
 
 
 def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys):

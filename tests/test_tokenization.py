@@ -1,6 +1,7 @@
 """The byte-level BPE tokenizer: exact round trip, special-token ids, save/load, vocabulary size, training speed."""
 
 import gzip
+import json
 import re
 import unicodedata
 from pathlib import Path
@@ -265,6 +266,15 @@ def test_cli_refuses_bad_arguments_on_one_line_before_writing(tmp_path, capsys, 
     assert re.search(message, error), error
     assert not (tmp_path / "tok").exists() and not (tmp_path / "file").is_dir()
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+def test_cli_the_smallest_vocabulary_learns_no_merge_and_is_saved(tmp_path):
+    """--vocab_size 260 holds the special tokens and the bytes only: no merge is expected (it is refused where
+    merges were asked for but the text gave none)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("ein Hund läuft\n" * 50)
+    _cli_main()(["--files", str(corpus), "--vocab_size", "260", "--output_dir", str(tmp_path / "tok")])
+    assert json.loads((tmp_path / "tok" / "tokenizer.json").read_text())["model"]["merges"] == []
 
 
 def test_cli_missing_data_dir_is_one_line_without_a_traceback(tmp_path):
