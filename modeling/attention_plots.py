@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig
 
-from .translation import load_translation_model
+from .translation import check_model_folder, load_config, load_translation_model
 
 # kind -> (title, which stack's layers/heads it has, what the rows and the columns are)
 ATTENTION_KINDS = {
@@ -235,7 +234,8 @@ def plot_attention(
     if Path(output_dir).exists() and not Path(output_dir).is_dir():
         raise ValueError(f"--output_dir {output_dir} is a file; give a folder")
     # The choices are checked against the config before the weights load (a quick error, no loading output).
-    check_selection(AutoConfig.from_pretrained(model_dir, trust_remote_code=True), kinds, layers, heads)
+    check_model_folder(model_dir)
+    check_selection(load_config(model_dir), kinds, layers, heads)
     model, tokenizer, target_tokenizer = load_attention_model(model_dir)
     attention = sentence_attention(model, tokenizer, source, target, target_tokenizer, max_new_tokens=max_new_tokens)
     figures = attention_figures(attention, model.config, kinds, layers, heads)

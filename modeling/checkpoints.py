@@ -81,13 +81,39 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
     chosen = checkpoints[-n:]
     steps = [checkpoint_step(path) for path in chosen]
     gaps = [later - earlier for earlier, later in zip(steps, steps[1:])]
-    if len(gaps) >= 2 and chosen[0].name == kept_best_checkpoint(chosen[-1]) and gaps[0] > 1.5 * max(gaps[1:]):
+    apart = len(gaps) >= 2 and gaps[0] > 1.5 * max(gaps[1:]) or (n >= 2 and saved_between(chosen[-1], *steps[:2]))
+    if apart and chosen[0].name == kept_best_checkpoint(chosen[-1]):
         raise ValueError(
             f"{chosen[0].name} is not one of the last {n} saves of {directory}: it is the best checkpoint, which the "
             f"Trainer keeps beside the newest ones when save_total_limit is reached. Average --last {n - 1}, name "
             f"the checkpoints with --checkpoints, or train with save_total_limit {n + 1}"
         )
     return chosen
+
+
+def refuse_output_in_checkpoint(output_dir: str | os.PathLike) -> None:
+    """ValueError where `output_dir` is inside a `checkpoint-<step>` folder (or is one): the Trainer deletes such
+    folders when it rotates a run's checkpoints (save_total_limit), with whatever else they hold."""
+    resolved = Path(output_dir).resolve()
+    for folder in (resolved, *resolved.parents):
+        if CHECKPOINT_PATTERN.match(folder.name):
+            raise ValueError(
+                f"the output directory {output_dir} is inside the checkpoint {folder}, which the Trainer deletes, with "
+                "all it holds, when it rotates the run's checkpoints (save_total_limit); choose a folder outside it"
+            )
+
+
+def saved_between(checkpoint: Path, earlier: int, later: int) -> bool:
+    """Whether `checkpoint`'s training log shows a save between steps `earlier` and `later`: an evaluation at a
+    multiple of the run's save interval (saving by steps saves at every multiple; saving by epochs, at the epoch ends
+    where it evaluates). The best checkpoint is chosen by evaluations, so its run has them."""
+    state = _read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {}
+    save_steps, history = state.get("save_steps"), state.get("log_history")
+    if not isinstance(save_steps, int) or save_steps < 1 or not isinstance(history, list):
+        return False
+    evaluated = {entry.get("step") for entry in history
+                 if isinstance(entry, dict) and any(str(key).startswith("eval_") for key in entry)}
+    return any(isinstance(step, int) and earlier < step < later and step % save_steps == 0 for step in evaluated)
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -230,6 +256,9 @@ def average_state_dicts(state_dicts: Sequence[dict[str, torch.Tensor]]) -> dict[
         shapes = {tuple(tensor.shape) for tensor in tensors}
         if len(shapes) > 1:
             raise ValueError(f"tensor {key!r} has different shapes across checkpoints: {sorted(shapes)}")
+        if len(dtypes := {tensor.dtype for tensor in tensors}) > 1:  # the mean would take the first one's
+            raise ValueError(f"tensor {key!r} has different dtypes across checkpoints ({sorted(map(str, dtypes))}): "
+                             "convert the checkpoints to one dtype first")
         if tensors[0].is_floating_point():
             total = torch.zeros(tensors[0].shape, dtype=torch.float64)
             for tensor in tensors:
@@ -265,6 +294,7 @@ def average_checkpoints(
         raise ValueError(f"the output directory {output_dir} is a file; choose a folder")
     if output_dir.resolve() in {checkpoint.resolve() for checkpoint in checkpoints}:
         raise ValueError(f"the output directory {output_dir} is one of the checkpoints; choose another")
+    refuse_output_in_checkpoint(output_dir)
     if holds_model(output_dir):
         raise ValueError(
             f"the output directory {output_dir} already holds a model (its weights and model card would no longer "
@@ -316,4 +346,5 @@ __all__ = [
     "last_checkpoints",
     "list_checkpoints",
     "load_weights",
+    "refuse_output_in_checkpoint",
 ]

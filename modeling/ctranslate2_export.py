@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
+from .checkpoints import refuse_output_in_checkpoint
 from .modeling_annotated_transformer import sinusoidal_positional_encoding
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .tokenization import load_tokenizers, save_tokenizers
@@ -235,6 +236,7 @@ def export_ctranslate2(
         )
     if output_dir.resolve() in (model_dir.resolve(), *model_dir.resolve().parents):
         raise ValueError(f"output folder {output_dir} holds the model folder {model_dir}: replacing it would delete it")
+    refuse_output_in_checkpoint(output_dir)
     model, tokenizer, target_tokenizer = load_translation_model(model_dir, device="cpu")
     converter = AnnotatedTransformerConverter(model, tokenizer, target_tokenizer)
     converter.convert(str(output_dir), quantization=quantization, force=force)

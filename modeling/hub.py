@@ -30,11 +30,11 @@ HUB_IGNORE_PATTERNS = [
 ]
 
 
-# What a model folder holds: the saved model (config, weights, checksums, tokenizer, code, card), its run's results
-# and TensorBoard logs, `evaluate.py`'s outputs, an average's provenance. Other files go only when asked for.
-MODEL_FOLDER_PATTERNS = [
-    "README.md", "*.json", "*.safetensors", "*.py", "checksums.sha256", "runs/**", "eval-*/**", "target_tokenizer/**",
-]
+# What a model folder holds: at its top, the saved model (config, weights, checksums, tokenizer, code, card), its
+# run's results and an average's provenance; in subfolders, TensorBoard logs, `evaluate.py`'s outputs and a separate
+# target tokenizer. Other files go only when asked for.
+MODEL_FOLDER_PATTERNS = ["README.md", "*.json", "*.safetensors", "*.py", "checksums.sha256"]  # top level only
+MODEL_SUBFOLDER_PATTERNS = ["runs/**", "eval-*/**", "target_tokenizer/**"]
 
 
 class HubUploadError(RuntimeError):
@@ -52,8 +52,12 @@ def hub_upload_files(folder: str | os.PathLike) -> list[str]:
 
 
 def other_files(files: list[str]) -> list[str]:
-    """Those of `files` (paths to upload) that no model folder holds (`MODEL_FOLDER_PATTERNS`), sorted."""
-    return sorted(set(files) - set(filter_repo_objects(files, allow_patterns=MODEL_FOLDER_PATTERNS)))
+    """Those of `files` (paths to upload) that no model folder holds (`MODEL_FOLDER_PATTERNS` at the top, where a
+    pattern's `*` would also match a `/`; `MODEL_SUBFOLDER_PATTERNS` below), sorted."""
+    top, below = [name for name in files if "/" not in name], [name for name in files if "/" in name]
+    kept = {*filter_repo_objects(top, allow_patterns=MODEL_FOLDER_PATTERNS),
+            *filter_repo_objects(below, allow_patterns=MODEL_SUBFOLDER_PATTERNS)}
+    return sorted(set(files) - kept)
 
 
 def upload_problem(folder: str | os.PathLike, allow_other_files: bool = False) -> str | None:
@@ -146,6 +150,7 @@ def push_folder_to_hub(
 
 
 __all__ = [
-    "HUB_IGNORE_PATTERNS", "MODEL_FOLDER_PATTERNS", "HubUploadError", "hub_commit_operations", "hub_model_card",
-    "hub_upload_files", "other_files", "push_folder_to_hub", "upload_problem",
+    "HUB_IGNORE_PATTERNS", "MODEL_FOLDER_PATTERNS", "MODEL_SUBFOLDER_PATTERNS", "HubUploadError",
+    "hub_commit_operations", "hub_model_card", "hub_upload_files", "other_files", "push_folder_to_hub",
+    "upload_problem",
 ]

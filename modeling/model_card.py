@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shlex
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -282,16 +283,30 @@ def _format(value) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) and not math.isnan(value) else str(value)
 
 
-def check_card_readable(model_dir: str | os.PathLike) -> None:
-    """Before an evaluation: a model folder's card that `record_evaluation` could not read is named now, before
-    anything is translated or written (ValueError)."""
-    card = Path(model_dir) / MODEL_CARD_NAME
+def check_card_writable(model_dir: str | os.PathLike) -> None:
+    """Before an evaluation: a model folder's card that `record_evaluation` could not read (not UTF-8, metadata that
+    is not YAML) or write (a read-only file or folder) is named now, before anything is translated (ValueError)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():  # a Hub id: no card is written
+        return
+    card = model_dir / MODEL_CARD_NAME
     if card.is_file():
         try:
             card.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
             raise ValueError(f"{card} is not valid UTF-8 ({error}): the scores cannot be added to it; fix or move "
                              "it") from None
+        load_card(card)  # its metadata, which the scores' model-index entries go into
+        if not os.access(card, os.W_OK):
+            raise ValueError(f"{card} is not writable: the scores cannot be added to it; make it writable, or "
+                             "evaluate a writable copy of the folder")
+        return
+    try:  # the card is made: a file made and removed again (os.access says yes to root)
+        with tempfile.TemporaryFile(dir=model_dir):
+            pass
+    except OSError as error:
+        raise ValueError(f"{model_dir} is not writable ({error.strerror or error}): the scores cannot be written "
+                         f"into its card ({MODEL_CARD_NAME}); evaluate a writable copy of the folder") from None
 
 
 def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: str) -> Path | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .batching import TokenBudgetBatchSampler
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR, load_target_tokenizer
@@ -160,6 +160,21 @@ def resolve_device(device: str | None = None) -> str:
     return device
 
 
+def invalid_config(model_name_or_path, error: StrictDataclassError) -> ValueError:
+    """The one-line error for a config.json value of the wrong type or outside its range."""
+    reason = " ".join(line.strip() for line in str(error.__cause__ or error).splitlines())
+    return ValueError(f"{model_name_or_path}: its config.json does not describe a valid model: {reason}")
+
+
+def load_config(model_name_or_path: str | os.PathLike):
+    """The model's configuration (custom code allowed), a ValueError naming config.json where a value is of the
+    wrong type or outside its range."""
+    try:
+        return AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=True)
+    except StrictDataclassError as error:
+        raise invalid_config(model_name_or_path, error) from None
+
+
 def load_translation_model(model_name_or_path: str | os.PathLike, device: str | None = None):
     """(model, source tokenizer, target tokenizer) from a folder written by `scripts/train.py` (custom code included).
 
@@ -186,8 +201,7 @@ def load_translation_model(model_name_or_path: str | os.PathLike, device: str | 
             f"{model_name_or_path} is not a local model folder, and loading it as a Hub id failed ({error})"
         ) from None
     except StrictDataclassError as error:  # a value of the wrong type or outside its range in config.json
-        reason = " ".join(line.strip() for line in str(error.__cause__ or error).splitlines())
-        raise ValueError(f"{model_name_or_path}: its config.json does not describe a valid model: {reason}") from None
+        raise invalid_config(model_name_or_path, error) from None
     except RuntimeError as error:
         if "ignore_mismatched_sizes" not in str(error):
             raise
@@ -370,6 +384,7 @@ __all__ = [
     "check_model_folder",
     "encode_sources",
     "length_sorted_batches",
+    "load_config",
     "load_translation_model",
     "resolve_device",
     "single_line",

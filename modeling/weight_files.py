@@ -33,9 +33,12 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
     index = folder / WEIGHTS_INDEX_NAME
     if index.is_file():
         try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError) as error:
-            raise CorruptWeightsError(f"{index} is not a valid safetensors index ({error})") from None
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            shards = sorted(set(weight_map.values()))
+            if not all(isinstance(shard, str) for shard in shards):
+                raise ValueError("its weight_map names a shard with something other than a file name")
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # not JSON, or JSON of another shape
+            raise CorruptWeightsError(f"{index} is not a valid safetensors index ({error!r})") from None
         return [folder / shard for shard in shards]
     raise CorruptWeightsError(f"{folder} holds no {WEIGHTS_NAME} (nor {WEIGHTS_INDEX_NAME}): no weights to load")
 

@@ -33,7 +33,7 @@ from modeling.evaluation import (
     read_test_set_split,
     summary_line,
 )
-from modeling.model_card import check_card_readable, record_evaluation
+from modeling.model_card import check_card_writable, record_evaluation
 from modeling.translation import check_model_folder, resolve_device
 
 
@@ -76,7 +76,7 @@ def main(argv=None) -> None:
         else:
             test_set = read_test_set_files(args.source, args.reference)
         check_model_folder(args.model)
-        check_card_readable(args.model)
+        check_card_writable(args.model)
         device = resolve_device(args.device)
         output_dir = args.output_dir or default_output_dir(args.model, test_set.name)
         progress = not args.quiet and sys.stderr.isatty()

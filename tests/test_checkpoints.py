@@ -79,6 +79,28 @@ def test_the_last_n_saves_do_not_include_an_old_best_checkpoint_the_trainer_kept
         assert [path.name for path in last_checkpoints(tmp_path, 5)] == [f"checkpoint-{step}" for step in saves]
 
 
+@pytest.mark.parametrize("best, saves, save_steps, evaluated, refused", [
+    (100, (100, 300), 100, (100, 200, 300), True),  # save_total_limit 1 kept the best beside the newest: 200 is gone
+    (200, (200, 300), 100, (100, 200, 300), False),
+    (300, (300, 350), 100, (100, 200, 300, 350), False),  # the save at the end of training, off the interval
+    (1000, (1000, 2000), 500, (1000, 2000), False),  # saves and evaluations at epoch ends (1,000 steps each)
+])
+def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_training_log(
+        tmp_path, best, saves, save_steps, evaluated, refused):
+    """With two checkpoints there is no second gap to compare the first with: the newest checkpoint's training log
+    shows whether the run saved between them (an evaluation at a multiple of the save interval)."""
+    state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{best}"), "save_steps": save_steps,
+             "log_history": [{"loss": 1.0, "step": 50}, *({"eval_bleu": 1.0, "step": step} for step in evaluated)]}
+    for step in saves:
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    if refused:
+        with pytest.raises(ValueError, match=rf"checkpoint-{best} is not one of the last 2 saves"):
+            last_checkpoints(tmp_path, 2)
+    else:
+        assert [path.name for path in last_checkpoints(tmp_path, 2)] == [f"checkpoint-{step}" for step in saves]
+
+
 def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_dir, tmp_path):
     run, models = run_dir
     output = average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "averaged")
@@ -124,6 +146,9 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
         average_state_dicts([{"w": torch.zeros(2)}, {"v": torch.zeros(2)}])
     with pytest.raises(ValueError, match="different shapes"):
         average_state_dicts([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])
+    with pytest.raises(ValueError, match=r"'w' has different dtypes across checkpoints \(\['torch.bfloat16', "
+                                         r"'torch.float32'\]\): convert"):  # the mean took the first one's dtype
+        average_state_dicts([{"w": torch.zeros(2, dtype=torch.bfloat16)}, {"w": torch.zeros(2)}])
     (tmp_path / "config.json").write_text("{}")  # a config, but no weights
     with pytest.raises(ValueError, match="holds no model.safetensors"):
         average_checkpoints([tmp_path], tmp_path / "out")
@@ -210,6 +235,12 @@ def test_a_checkpoint_given_twice_or_a_file_as_output_is_refused(run_dir, tmp_pa
     with pytest.raises(ValueError, match=r"the output directory .*file is a file"):
         average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "file")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "keep"
+    # inside a checkpoint, the average would go when the Trainer rotates the run's checkpoints
+    for inside in (run / "checkpoint-10" / "avg", run / "checkpoint-9" / "a" / "b"):
+        with pytest.raises(ValueError, match=rf"the output directory {inside} is inside the checkpoint .*"
+                                             rf"{inside.relative_to(run).parts[0]}, which the Trainer deletes"):
+            average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], inside)
+        assert not inside.exists()
 
 
 def test_averaging_into_a_folder_holding_a_model_is_refused_and_changes_nothing(run_dir):

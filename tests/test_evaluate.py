@@ -256,19 +256,31 @@ def test_an_earlier_evaluation_of_the_same_test_set_may_be_replaced(tmp_path, mo
         check_output_dir(folder, EvaluationSet("test", ["1"], ["1"], dict(split, target_lang="fr")))
 
 
-def test_a_model_card_that_is_not_utf8_is_named_before_anything_is_translated(model_dir, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("card, unwritable, message", [
+    (b"# model\n\nd\xe9j\xe0 vu\n", None, r"model/README\.md is not valid UTF-8 .*the scores cannot be added to it"),
+    # metadata that is not YAML: a yaml ParserError traceback once the whole test set was translated
+    (b"---\nlicense: [apache-2.0\n---\n# model\n", None, r"model/README\.md: its metadata .* is not valid YAML"),
+    # a card on a read-only file system (os.access honours it for root too): an error after translating
+    (b"# model\n", "README.md", r"model/README\.md is not writable: the scores cannot be added to it"),
+])
+def test_a_model_card_the_scores_cannot_go_into_is_named_before_anything_is_translated(
+        model_dir, tmp_path, monkeypatch, capsys, card, unwritable, message):
     changed = tmp_path / "model"
     shutil.copytree(model_dir, changed)
-    (changed / "README.md").write_bytes(b"# model\n\nd\xe9j\xe0 vu\n")  # Latin-1, not UTF-8
+    (changed / "README.md").write_bytes(card)
     before = sorted(changed.rglob("*"))
     monkeypatch.setattr("modeling.evaluation.load_translation_model", lambda *args, **kwargs: 1 / 0)
+    if unwritable is not None:
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode, *args, **kwargs: not (
+            Path(path).name == unwritable and mode & os.W_OK) and access(path, mode, *args, **kwargs))
     (tmp_path / "s.txt").write_text("1 2\n")
     with pytest.raises(SystemExit) as exit_info:
-        run_script(monkeypatch, changed, "--source", tmp_path / "s.txt", "--reference", tmp_path / "s.txt")
+        run_script(monkeypatch, changed, "--source", tmp_path / "s.txt", "--reference", tmp_path / "s.txt",
+                   "--output_dir", tmp_path / "elsewhere")
     assert exit_info.value.code == 2
-    assert_one_line_error(capsys.readouterr().err, "evaluate.py", r"model/README\.md is not valid UTF-8 .*the scores "
-                          r"cannot be added to it")
-    assert sorted(changed.rglob("*")) == before
+    assert_one_line_error(capsys.readouterr().err, "evaluate.py", message)
+    assert sorted(changed.rglob("*")) == before and not (tmp_path / "elsewhere").exists()
 
 
 def test_a_tsv_split_is_found_by_its_file_name(tmp_path):

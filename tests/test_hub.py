@@ -111,9 +111,12 @@ def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
 
 def test_files_no_model_folder_holds_are_refused_unless_allowed(tmp_path):
     folder = model_folder(tmp_path)
-    for name in ("runs/x/events.out.tfevents.1", "eval-test/hypotheses.txt", "nohup.out", "data/train.tsv"):
+    for name in ("runs/x/events.out.tfevents.1", "eval-test/hypotheses.txt",
+                 "nohup.out", "data/train.tsv", "data/train.json", "sub/credentials.json", "sub/model.safetensors"):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("x")
     problem = upload_problem(folder) or ""
-    assert "not part of a model, which would be uploaded too: data/train.tsv, nohup.out;" in problem
+    # *.json, *.py and *.safetensors are a model's at the top of its folder, not in any subfolder
+    assert ("not part of a model, which would be uploaded too: data/train.json, data/train.tsv, nohup.out, "
+            "sub/credentials.json, sub/model.safetensors;") in problem
     assert upload_problem(folder, allow_other_files=True) is None

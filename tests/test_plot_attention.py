@@ -1,6 +1,8 @@
 """scripts/plot_attention.py and `modeling.attention_plots`: one figure per (kind, layer), one panel per head."""
 
+import json
 import runpy
+import shutil
 import sys
 from pathlib import Path
 
@@ -138,8 +140,13 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(model_dir, tmp_path, m
     for path in model_dir.iterdir():
         if not path.name.startswith("tokenizer"):
             (no_tokenizer / path.name).write_bytes(path.read_bytes())
+    wrong_type = tmp_path / "wrong_type"  # a StrictDataclassFieldValidationError traceback before
+    shutil.copytree(model_dir, wrong_type)
+    config = json.loads((model_dir / "config.json").read_text())
+    (wrong_type / "config.json").write_text(json.dumps({**config, "d_model": str(config["d_model"])}))
     for model, source, message in [empty_source, (no_weights, SOURCE, str(no_weights)),
-                                   (no_tokenizer, SOURCE, "tokenizer")]:
+                                   (no_tokenizer, SOURCE, "tokenizer"),
+                                   (wrong_type, SOURCE, "its config.json does not describe a valid model")]:
         with pytest.raises(SystemExit) as exit_info:
             run_script(monkeypatch, model, source, "--output_dir", tmp_path / "plots")
         assert exit_info.value.code == 2

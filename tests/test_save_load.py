@@ -207,6 +207,19 @@ def test_a_checksum_file_without_the_weights_is_refused(tmp_path):
         AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("index", ["[1, 2]", '{"weight_map": [1]}', '{"weight_map": {"a": [1]}}', "{}", "not json"])
+def test_a_shard_index_of_another_shape_is_named(tmp_path, index):
+    """An index whose JSON is a list, or whose weight_map is not a map of file names, was an AttributeError or a
+    TypeError traceback."""
+    from modeling.weight_files import CorruptWeightsError, weight_files
+
+    tiny_model(seed=7).save_pretrained(tmp_path, max_shard_size="20KB")
+    assert len(weight_files(tmp_path)) > 1
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(CorruptWeightsError, match=r"model\.safetensors\.index\.json is not a valid safetensors index"):
+        weight_files(tmp_path)
+
+
 def test_checksums_in_sha256sums_binary_form_are_checked(tmp_path):
     """`sha256sum -b` writes "<digest> *<file>": the file is checked under its name, and a flipped bit is found."""
     tiny_model(seed=7).save_pretrained(tmp_path)
