@@ -81,7 +81,7 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
     chosen = checkpoints[-n:]
     steps = [checkpoint_step(path) for path in chosen]
     gaps = [later - earlier for earlier, later in zip(steps, steps[1:])]
-    apart = len(gaps) >= 2 and gaps[0] > 1.5 * max(gaps[1:]) or (n >= 2 and saved_between(chosen[-1], *steps[:2]))
+    apart = len(gaps) >= 2 and gaps[0] > 1.5 * max(gaps[1:]) or (n >= 2 and saved_between(*chosen[:2]))
     if apart and chosen[0].name == kept_best_checkpoint(chosen[-1]):
         raise ValueError(
             f"{chosen[0].name} is not one of the last {n} saves of {directory}: it is the best checkpoint, which the "
@@ -92,28 +92,38 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
 
 
 def refuse_output_in_checkpoint(output_dir: str | os.PathLike) -> None:
-    """ValueError where `output_dir` is inside a `checkpoint-<step>` folder (or is one): the Trainer deletes such
-    folders when it rotates a run's checkpoints (save_total_limit), with whatever else they hold."""
+    """ValueError where `output_dir` is inside (or is) a Trainer checkpoint of a run, a `checkpoint-<step>` folder
+    holding a trainer state or beside other checkpoints: the Trainer deletes such folders, with whatever else they
+    hold, when it rotates the run's checkpoints (save_total_limit). A model folder that is merely named so is not."""
     resolved = Path(output_dir).resolve()
     for folder in (resolved, *resolved.parents):
-        if CHECKPOINT_PATTERN.match(folder.name):
+        if CHECKPOINT_PATTERN.match(folder.name) and (
+            (folder / TRAINER_STATE_NAME).is_file()
+            or (folder.parent.is_dir() and len(list_checkpoints(folder.parent)) > 1)
+        ):
             raise ValueError(
                 f"the output directory {output_dir} is inside the checkpoint {folder}, which the Trainer deletes, with "
                 "all it holds, when it rotates the run's checkpoints (save_total_limit); choose a folder outside it"
             )
 
 
-def saved_between(checkpoint: Path, earlier: int, later: int) -> bool:
-    """Whether `checkpoint`'s training log shows a save between steps `earlier` and `later`: an evaluation at a
-    multiple of the run's save interval (saving by steps saves at every multiple; saving by epochs, at the epoch ends
-    where it evaluates). The best checkpoint is chosen by evaluations, so its run has them."""
-    state = _read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {}
-    save_steps, history = state.get("save_steps"), state.get("log_history")
-    if not isinstance(save_steps, int) or save_steps < 1 or not isinstance(history, list):
+def saved_between(earlier: Path, later: Path) -> bool:
+    """Whether the run saved a checkpoint between the checkpoints `earlier` and `later`, as their trainer states
+    show. Saving every `save_steps` steps saves at each multiple (a last save at the end of training may fall
+    between); at epoch ends (both checkpoints at whole epochs), where an evaluation at a multiple of `save_steps`
+    shows a save, as saving by steps would have made one there too. The best checkpoint is chosen by evaluations,
+    so its run has them."""
+    states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
+    first, last = checkpoint_step(earlier), checkpoint_step(later)
+    save_steps, history = states[1].get("save_steps"), states[1].get("log_history")
+    if not isinstance(save_steps, int) or save_steps < 1:
         return False
-    evaluated = {entry.get("step") for entry in history
+    epochs = [state.get("epoch") for state in states]
+    if not all(isinstance(epoch, (int, float)) and float(epoch).is_integer() for epoch in epochs):
+        return (first // save_steps + 1) * save_steps < last
+    evaluated = {entry.get("step") for entry in history or []
                  if isinstance(entry, dict) and any(str(key).startswith("eval_") for key in entry)}
-    return any(isinstance(step, int) and earlier < step < later and step % save_steps == 0 for step in evaluated)
+    return any(isinstance(step, int) and first < step < last and step % save_steps == 0 for step in evaluated)
 
 
 def checkpoint_step(checkpoint: Path) -> int:

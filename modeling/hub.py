@@ -33,7 +33,9 @@ HUB_IGNORE_PATTERNS = [
 # What a model folder holds: at its top, the saved model (config, weights, checksums, tokenizer, code, card), its
 # run's results and an average's provenance; in subfolders, TensorBoard logs, `evaluate.py`'s outputs and a separate
 # target tokenizer. Other files go only when asked for.
-MODEL_FOLDER_PATTERNS = ["README.md", "*.json", "*.safetensors", "*.py", "checksums.sha256"]  # top level only
+MODEL_FOLDER_PATTERNS = [  # top level only
+    "README.md", "*.json", "*.safetensors", "*.py", "checksums.sha256", "emissions.csv",  # codecarbon's, as runs/ are
+]
 MODEL_SUBFOLDER_PATTERNS = ["runs/**", "eval-*/**", "target_tokenizer/**"]
 
 

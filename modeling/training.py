@@ -198,7 +198,7 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
         reached = f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
     else:
         return False
-    if not finished_at(Path(checkpoint).parent, step):
+    if not finished_at(Path(checkpoint).parent, checkpoint):
         return True
     raise ConfigurationError(
         f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
@@ -206,18 +206,22 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
     )
 
 
-def finished_at(run_dir: str | os.PathLike, step: int) -> bool:
-    """Whether the run in `run_dir` finished at `step` or later: `train` writes its card, then saves the top-level
-    trainer_state.json last (runs saved before that order had the state before their evaluations: the card is
-    required too)."""
-    state = Path(run_dir) / TRAINER_STATE_NAME
-    if not (Path(run_dir) / MODEL_CARD_NAME).is_file() or not state.is_file():
+def finished_at(run_dir: str | os.PathLike, checkpoint: str | os.PathLike) -> bool:
+    """Whether the run in `run_dir` finished at `checkpoint` or after it: its card is there, and its top-level
+    trainer_state.json, which `train` saves last (runs saved before that order saved it before their evaluations,
+    hence the card too), goes on from the checkpoint's (its log begins with the checkpoint's log). A launch that
+    resumed an earlier checkpoint and stopped before finishing left a top-level state of another history."""
+    state_file = Path(run_dir) / TRAINER_STATE_NAME
+    if not (Path(run_dir) / MODEL_CARD_NAME).is_file() or not state_file.is_file():
         return False
     try:
-        finished_step = json_object(state).get("global_step")
+        state, saved = json_object(state_file), json_object(Path(checkpoint) / TRAINER_STATE_NAME)
     except ValueError:  # a damaged state: the run did not finish writing it
         return False
-    return isinstance(finished_step, int) and finished_step >= step
+    history, saved_history = state.get("log_history"), saved.get("log_history")
+    return (isinstance(state.get("global_step"), int) and state["global_step"] >= saved.get("global_step", 0)
+            and isinstance(history, list) and isinstance(saved_history, list)
+            and history[:len(saved_history)] == saved_history)
 
 
 def finish_from_checkpoint(trainer, checkpoint: str) -> None:
@@ -225,10 +229,12 @@ def finish_from_checkpoint(trainer, checkpoint: str) -> None:
     state, and its weights (the best checkpoint's with --load_best_model_at_end, as the Trainer loads them)."""
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
     best = trainer.state.best_model_checkpoint
-    if best is not None and not Path(best).is_dir():  # as the Trainer treats it when resuming
-        logger.warning("The best checkpoint %s recorded in %s does not exist anymore: the run's final model is %s",
-                       best, checkpoint, checkpoint)
-        trainer.state.best_model_checkpoint = best = None
+    if best is not None:  # beside the checkpoint first (the run's folder may have moved), else where recorded
+        found = next((path for path in (Path(checkpoint).parent / Path(best).name, Path(best)) if path.is_dir()), None)
+        if found is None:  # as the Trainer treats it when resuming
+            logger.warning("The best checkpoint %s recorded in %s does not exist anymore: the run's final model is "
+                           "%s", best, checkpoint, checkpoint)
+        trainer.state.best_model_checkpoint = best = None if found is None else str(found)
     source = best if trainer.args.load_best_model_at_end and best is not None else checkpoint
     model = trainer.model
     saved = type(model).from_pretrained(source, dtype=model.dtype)

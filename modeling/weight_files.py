@@ -35,8 +35,8 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             shards = sorted(set(weight_map.values()))
-            if not all(isinstance(shard, str) for shard in shards):
-                raise ValueError("its weight_map names a shard with something other than a file name")
+            if not shards or not all(isinstance(shard, str) for shard in shards):
+                raise ValueError("its weight_map names no shard, or a shard by something other than a file name")
         except (ValueError, KeyError, TypeError, AttributeError) as error:  # not JSON, or JSON of another shape
             raise CorruptWeightsError(f"{index} is not a valid safetensors index ({error!r})") from None
         return [folder / shard for shard in shards]

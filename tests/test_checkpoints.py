@@ -79,19 +79,23 @@ def test_the_last_n_saves_do_not_include_an_old_best_checkpoint_the_trainer_kept
         assert [path.name for path in last_checkpoints(tmp_path, 5)] == [f"checkpoint-{step}" for step in saves]
 
 
-@pytest.mark.parametrize("best, saves, save_steps, evaluated, refused", [
-    (100, (100, 300), 100, (100, 200, 300), True),  # save_total_limit 1 kept the best beside the newest: 200 is gone
-    (200, (200, 300), 100, (100, 200, 300), False),
-    (300, (300, 350), 100, (100, 200, 300, 350), False),  # the save at the end of training, off the interval
-    (1000, (1000, 2000), 500, (1000, 2000), False),  # saves and evaluations at epoch ends (1,000 steps each)
+@pytest.mark.parametrize("best, saves, save_steps, evaluated, steps_per_epoch, refused", [
+    (100, (100, 300), 100, (100, 200, 300), 37, True),  # save_total_limit 1 kept the best beside the newest
+    (20, (20, 40), 10, range(4, 41, 4), 37, True),  # evaluations every 4 steps: none at the lost save of step 30
+    (200, (200, 300), 100, (100, 200, 300), 37, False),
+    (300, (300, 350), 100, (100, 200, 300, 350), 37, False),  # the save at the end of training, off the interval
+    (1000, (1000, 2000), 500, (1000, 2000), 1000, False),  # saves and evaluations at epoch ends
+    (1000, (1000, 3000), 500, (1000, 2000, 3000), 1000, True),  # the save at the end of epoch 2 is gone
 ])
-def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_training_log(
-        tmp_path, best, saves, save_steps, evaluated, refused):
-    """With two checkpoints there is no second gap to compare the first with: the newest checkpoint's training log
-    shows whether the run saved between them (an evaluation at a multiple of the save interval)."""
-    state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{best}"), "save_steps": save_steps,
-             "log_history": [{"loss": 1.0, "step": 50}, *({"eval_bleu": 1.0, "step": step} for step in evaluated)]}
+def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_trainer_states(
+        tmp_path, best, saves, save_steps, evaluated, steps_per_epoch, refused):
+    """With two checkpoints there is no second gap to compare the first with: their trainer states show whether the
+    run saved between them (saving by steps: a multiple of the interval between them; by epochs, both at whole
+    epochs: an evaluation at such a multiple)."""
     for step in saves:
+        state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{best}"), "save_steps": save_steps,
+                 "epoch": step / steps_per_epoch,
+                 "log_history": [{"loss": 1.0, "step": 1}, *({"eval_bleu": 1.0, "step": done} for done in evaluated)]}
         (tmp_path / f"checkpoint-{step}").mkdir()
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
     if refused:
@@ -241,6 +245,9 @@ def test_a_checkpoint_given_twice_or_a_file_as_output_is_refused(run_dir, tmp_pa
                                              rf"{inside.relative_to(run).parts[0]}, which the Trainer deletes"):
             average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], inside)
         assert not inside.exists()
+    alone = tmp_path / "models" / "checkpoint-7" / "avg"  # in a model folder merely named so: no run rotates it
+    average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], alone)
+    assert (alone / "model.safetensors").is_file()
 
 
 def test_averaging_into_a_folder_holding_a_model_is_refused_and_changes_nothing(run_dir):

@@ -191,10 +191,12 @@ def test_existing_output_is_refused_unless_forced(tmp_path, monkeypatch, capsys)
     assert exit_info.value.code == 2 and (model_dir / "config.json").is_file()
     capsys.readouterr()
     inside = tmp_path / "run" / "checkpoint-300" / "ct2"  # the Trainer's checkpoint rotation would delete it
+    inside.parent.mkdir(parents=True)
+    (inside.parent / "trainer_state.json").write_text("{}")
     with pytest.raises(SystemExit) as exit_info:
         run_script(monkeypatch, model_dir, inside)
     assert exit_info.value.code == 2 and "is inside the checkpoint" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists()
+    assert not inside.exists()
 
     with pytest.raises(SystemExit) as exit_info:  # --force replaces an export, not a folder of other files
         run_script(monkeypatch, model_dir, output_dir, "--force")

@@ -111,7 +111,7 @@ def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
 
 def test_files_no_model_folder_holds_are_refused_unless_allowed(tmp_path):
     folder = model_folder(tmp_path)
-    for name in ("runs/x/events.out.tfevents.1", "eval-test/hypotheses.txt",
+    for name in ("runs/x/events.out.tfevents.1", "eval-test/hypotheses.txt", "emissions.csv",
                  "nohup.out", "data/train.tsv", "data/train.json", "sub/credentials.json", "sub/model.safetensors"):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("x")

@@ -269,6 +269,30 @@ def test_a_run_stopped_after_its_last_checkpoint_is_finished_without_training(
     assert snapshot(folder) == before and not (tmp_path / "elsewhere").exists()
 
 
+def test_a_resumed_launch_stopped_before_its_card_is_finished_not_taken_for_the_earlier_finish(
+        earlier_run, tmp_path, monkeypatch):
+    """A finished run resumed from an older checkpoint (another --seed: other batches) and stopped before its card:
+    the folder still held the earlier finish's card and top-level state, at the same step, so the new last
+    checkpoint was refused as finished, and the final model (already replaced) did not match the card."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # as if killed while its card was written
+    monkeypatch.setattr("modeling.training.write_model_card", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run(folder, "--max_steps", "8", "--seed", "1", "--resume_from_checkpoint", str(folder / "checkpoint-4"))
+    monkeypatch.undo()
+    rerun = load_file(folder / "checkpoint-8" / "model.safetensors")
+    assert not all(torch.equal(rerun[name], tensor) for name, tensor in
+                   load_file(earlier_run / "checkpoint-8" / "model.safetensors").items())
+    run(folder, "--max_steps", "8", "--seed", "1", "--resume_from_checkpoint", "last")  # finished, not refused
+    final = load_file(folder / "model.safetensors")
+    assert all(torch.equal(final[name], rerun[name]) for name in final)
+    assert json.loads((folder / "trainer_state.json").read_text())["log_history"][:8] == json.loads(
+        (folder / "checkpoint-8" / "trainer_state.json").read_text())["log_history"][:8]
+
+
 def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run, tmp_path):
     """The Trainer rebuilds recorded callbacks from their records unchecked (--restore_callback_states_from_checkpoint:
     a TypeError); a record missing a field failed only when the card was written, after training."""

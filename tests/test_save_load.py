@@ -207,7 +207,8 @@ def test_a_checksum_file_without_the_weights_is_refused(tmp_path):
         AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize("index", ["[1, 2]", '{"weight_map": [1]}', '{"weight_map": {"a": [1]}}', "{}", "not json"])
+@pytest.mark.parametrize("index", ["[1, 2]", '{"weight_map": [1]}', '{"weight_map": {"a": [1]}}', "{}", "not json",
+                                   '{"weight_map": {}}'])
 def test_a_shard_index_of_another_shape_is_named(tmp_path, index):
     """An index whose JSON is a list, or whose weight_map is not a map of file names, was an AttributeError or a
     TypeError traceback."""
