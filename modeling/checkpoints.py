@@ -10,6 +10,7 @@ card and training state are not.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -109,21 +110,18 @@ def refuse_output_in_checkpoint(output_dir: str | os.PathLike) -> None:
 
 def saved_between(earlier: Path, later: Path) -> bool:
     """Whether the run saved a checkpoint between the checkpoints `earlier` and `later`, as their trainer states
-    show. Saving every `save_steps` steps saves at each multiple (a last save at the end of training may fall
-    between); at epoch ends (both checkpoints at whole epochs), where an evaluation at a multiple of `save_steps`
-    shows a save, as saving by steps would have made one there too. The best checkpoint is chosen by evaluations,
-    so its run has them."""
+    show. Saving every `save_steps` steps saves at each multiple (`earlier` is one; a last save at the end of training
+    may fall off them); saving at epoch ends saves at each whole epoch (both are at whole epochs). Where both could
+    be, both must show a save between."""
     states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
     first, last = checkpoint_step(earlier), checkpoint_step(later)
-    save_steps, history = states[1].get("save_steps"), states[1].get("log_history")
-    if not isinstance(save_steps, int) or save_steps < 1:
+    save_steps, epochs = states[1].get("save_steps"), [state.get("epoch") for state in states]
+    by_steps = isinstance(save_steps, (int, float)) and save_steps >= 1 and first % save_steps == 0
+    by_epochs = all(isinstance(epoch, (int, float)) and float(epoch).is_integer() for epoch in epochs)
+    if not (by_steps or by_epochs):
         return False
-    epochs = [state.get("epoch") for state in states]
-    if not all(isinstance(epoch, (int, float)) and float(epoch).is_integer() for epoch in epochs):
-        return (first // save_steps + 1) * save_steps < last
-    evaluated = {entry.get("step") for entry in history or []
-                 if isinstance(entry, dict) and any(str(key).startswith("eval_") for key in entry)}
-    return any(isinstance(step, int) and first < step < last and step % save_steps == 0 for step in evaluated)
+    return ((not by_steps or (first // save_steps + 1) * save_steps < last)
+            and (not by_epochs or math.floor(epochs[0]) + 1 < epochs[1]))
 
 
 def checkpoint_step(checkpoint: Path) -> int:

@@ -183,22 +183,39 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
         )
 
 
-def refuse_finished_run(checkpoint: str, training_args) -> bool:
-    """Refuse to resume from a checkpoint that already reached the end this run asks for (--max_steps, else
-    --num_train_epochs) where the run finished: the Trainer would take one more step anyway and replace the run's
-    final model. True where the run stopped after that checkpoint without finishing (in its final evaluation, say):
-    `train` then writes its final model, evaluations and card from the checkpoint, without training."""
-    state = json_object(Path(checkpoint) / TRAINER_STATE_NAME)
+def end_reached(state: dict, training_args) -> str | None:
+    """How a trainer state already reached the end this run asks for (--max_steps, else --num_train_epochs), or
+    None."""
     step, epoch = state.get("global_step", 0), state.get("epoch") or 0
     if training_args.max_steps > 0:
-        if step < training_args.max_steps:
-            return False
-        reached = f"step {step}, and --max_steps is {training_args.max_steps}"
-    elif epoch >= training_args.num_train_epochs:
-        reached = f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
-    else:
+        return f"step {step}, and --max_steps is {training_args.max_steps}" if step >= training_args.max_steps else None
+    if epoch >= training_args.num_train_epochs:
+        return f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
+    return None
+
+
+def refuse_finished_run(checkpoint: str, training_args) -> bool:
+    """Refuse to resume from a checkpoint that already reached the end this run asks for where the run finished:
+    the Trainer would take one more step anyway and replace the run's final model. Refuse `last` too where the run
+    finished after its newest checkpoint left (with save_total_limit 1 the Trainer keeps only the best one at the
+    end): it would train the steps after it again. True where the run stopped after the checkpoint at its end
+    without finishing (in its final evaluation, say): `train` then writes its final model, evaluations and card from
+    the checkpoint, without training."""
+    run_dir = Path(checkpoint).parent
+    reached = end_reached(json_object(Path(checkpoint) / TRAINER_STATE_NAME), training_args)
+    if reached is None:
+        newest = str(training_args.resume_from_checkpoint).lower() in ("last", "latest", "true")
+        if newest and finished_at(run_dir, checkpoint):
+            finish = end_reached(json_object(run_dir / TRAINER_STATE_NAME), training_args)
+            if finish is not None:
+                raise ConfigurationError(
+                    f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: the run in {run_dir} is "
+                    f"finished, at {finish}, after its newest checkpoint left ({Path(checkpoint).name}), whose steps "
+                    "after it would be trained again and its final model replaced; to train again from that "
+                    "checkpoint, name it"
+                )
         return False
-    if not finished_at(Path(checkpoint).parent, checkpoint):
+    if not finished_at(run_dir, checkpoint):
         return True
     raise ConfigurationError(
         f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "

@@ -79,23 +79,25 @@ def test_the_last_n_saves_do_not_include_an_old_best_checkpoint_the_trainer_kept
         assert [path.name for path in last_checkpoints(tmp_path, 5)] == [f"checkpoint-{step}" for step in saves]
 
 
-@pytest.mark.parametrize("best, saves, save_steps, evaluated, steps_per_epoch, refused", [
-    (100, (100, 300), 100, (100, 200, 300), 37, True),  # save_total_limit 1 kept the best beside the newest
-    (20, (20, 40), 10, range(4, 41, 4), 37, True),  # evaluations every 4 steps: none at the lost save of step 30
-    (200, (200, 300), 100, (100, 200, 300), 37, False),
-    (300, (300, 350), 100, (100, 200, 300, 350), 37, False),  # the save at the end of training, off the interval
-    (1000, (1000, 2000), 500, (1000, 2000), 1000, False),  # saves and evaluations at epoch ends
-    (1000, (1000, 3000), 500, (1000, 2000, 3000), 1000, True),  # the save at the end of epoch 2 is gone
+@pytest.mark.parametrize("best, saves, save_steps, steps_per_epoch, refused", [
+    (100, (100, 300), 100, 37, True),  # save_total_limit 1 kept the best beside the newest: the save at 200 is gone
+    (20, (20, 40), 10, 37, True),
+    (200, (200, 300), 100, 37, False),
+    (300, (300, 350), 100, 37, False),  # the save at the end of training, off the interval
+    (12, (12, 24), 4, 4, True),  # saving by steps where every save falls on a whole epoch
+    (8, (8, 16), 8, 4, False),  # ... every second epoch
+    (37, (37, 111), 500, 37, True),  # saving at epoch ends (save_steps is the unused default): epoch 2's is gone
+    (37, (37, 74), 500, 37, False),
+    (1000, (1000, 2000), 500, 1000, False),  # epochs of 1,000 steps: no save at step 1,500
+    (1000, (1000, 3000), 500, 1000, True),
 ])
 def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_trainer_states(
-        tmp_path, best, saves, save_steps, evaluated, steps_per_epoch, refused):
+        tmp_path, best, saves, save_steps, steps_per_epoch, refused):
     """With two checkpoints there is no second gap to compare the first with: their trainer states show whether the
-    run saved between them (saving by steps: a multiple of the interval between them; by epochs, both at whole
-    epochs: an evaluation at such a multiple)."""
+    run saved between them (by steps: a multiple of the interval between them; at epoch ends: a whole epoch)."""
     for step in saves:
         state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{best}"), "save_steps": save_steps,
-                 "epoch": step / steps_per_epoch,
-                 "log_history": [{"loss": 1.0, "step": 1}, *({"eval_bleu": 1.0, "step": done} for done in evaluated)]}
+                 "epoch": step / steps_per_epoch}
         (tmp_path / f"checkpoint-{step}").mkdir()
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
     if refused:

@@ -293,6 +293,19 @@ def test_a_resumed_launch_stopped_before_its_card_is_finished_not_taken_for_the_
         (folder / "checkpoint-8" / "trainer_state.json").read_text())["log_history"][:8]
 
 
+def test_last_is_refused_where_the_run_finished_after_its_newest_checkpoint_left(earlier_run, tmp_path):
+    """With save_total_limit 1 the Trainer keeps only the best checkpoint when a run ends: `last` then named an
+    older checkpoint of a finished run, and its steps after it were trained again over the final model."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    subprocess.run(["rm", "-r", str(folder / "checkpoint-8")], check=True)  # checkpoint-4 kept as the best
+    before = snapshot(folder)
+    with pytest.raises(ConfigurationError, match=rf"the run in {folder} is finished, at step 8, and --max_steps is "
+                                                 r"8, after its newest checkpoint left \(checkpoint-4\).* name it"):
+        run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
+    assert snapshot(folder) == before
+
+
 def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run, tmp_path):
     """The Trainer rebuilds recorded callbacks from their records unchecked (--restore_callback_states_from_checkpoint:
     a TypeError); a record missing a field failed only when the card was written, after training."""
