@@ -109,19 +109,23 @@ def refuse_output_in_checkpoint(output_dir: str | os.PathLike) -> None:
 
 
 def saved_between(earlier: Path, later: Path) -> bool:
-    """Whether the run saved a checkpoint between the checkpoints `earlier` and `later`, as their trainer states
-    show. Saving every `save_steps` steps saves at each multiple (`earlier` is one; a last save at the end of training
-    may fall off them); saving at epoch ends saves at each whole epoch (both are at whole epochs). Where both could
-    be, both must show a save between."""
+    """Whether the run saved a checkpoint between the checkpoints `earlier` and `later`, as the save strategy that
+    `later` records shows (`CheckpointSchedule`; none in checkpoints saved before it: False). Saving by steps saves
+    at each multiple of `save_steps`; at epoch ends, at each whole epoch. A last save at the end of training falls
+    off either cadence, and an earlier launch may have saved off it too, so only a save strictly between counts."""
     states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
-    first, last = checkpoint_step(earlier), checkpoint_step(later)
-    save_steps, epochs = states[1].get("save_steps"), [state.get("epoch") for state in states]
-    by_steps = isinstance(save_steps, (int, float)) and save_steps >= 1 and first % save_steps == 0
-    by_epochs = all(isinstance(epoch, (int, float)) and float(epoch).is_integer() for epoch in epochs)
-    if not (by_steps or by_epochs):
-        return False
-    return ((not by_steps or (first // save_steps + 1) * save_steps < last)
-            and (not by_epochs or math.floor(epochs[0]) + 1 < epochs[1]))
+    record = (states[1].get("stateful_callbacks") or {}).get("CheckpointSchedule")
+    record = record[0] if isinstance(record, list) and record else record
+    strategy = ((record or {}).get("args") or {}).get("save_strategy") if isinstance(record, dict) else None
+    if strategy == "steps":
+        save_steps = states[1].get("save_steps")
+        if not isinstance(save_steps, (int, float)) or save_steps < 1:
+            return False
+        return (checkpoint_step(earlier) // save_steps + 1) * save_steps < checkpoint_step(later)
+    if strategy == "epoch":
+        epochs = [state.get("epoch") for state in states]
+        return all(isinstance(epoch, (int, float)) for epoch in epochs) and math.floor(epochs[0]) + 1 < epochs[1]
+    return False
 
 
 def checkpoint_step(checkpoint: Path) -> int:

@@ -101,6 +101,17 @@ class TrainingClock(RecordedInCheckpoints):
         return {"args": {"seconds_before": self.seconds_before + time.time() - self._started}, "attributes": {}}
 
 
+class CheckpointSchedule(RecordedInCheckpoints):
+    """How the launch that saved a checkpoint saves them (its --save_strategy), which the Trainer's own record does
+    not keep: `average_checkpoints --last N` reads it to tell whether a save was lost between two checkpoints."""
+
+    def __init__(self, save_strategy: str = "steps"):
+        self.save_strategy = save_strategy
+
+    def state(self) -> dict:
+        return {"args": {"save_strategy": self.save_strategy}, "attributes": {}}
+
+
 class LaunchHistory(RecordedInCheckpoints):
     """The command of each launch of a run, for its model card: every checkpoint records the launches up to its
     save, and a resumed launch adds its own to its checkpoint's record (a launch none of whose checkpoints was
@@ -253,6 +264,7 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
 
 __all__ = [
+    "CheckpointSchedule",
     "LaunchHistory",
     "NonFiniteLossError",
     "TrainingClock",

@@ -56,7 +56,13 @@ from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGe
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .run_lock import RUN_LOCK_NAME, RunLock
 from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
-from .trainer import LaunchHistory, TrainingClock, TransformerSeq2SeqTrainer, token_budget_sampler
+from .trainer import (
+    CheckpointSchedule,
+    LaunchHistory,
+    TrainingClock,
+    TransformerSeq2SeqTrainer,
+    token_budget_sampler,
+)
 from .weight_files import CHECKSUMS_NAME, WEIGHTS_INDEX_NAME
 
 logger = logging.getLogger(__name__)
@@ -638,7 +644,9 @@ def setup_training(
             eval_dataset=tokenized["validation"] if has_validation else None,
             data_collator=collator,
             processing_class=tokenizer,
-            callbacks=[TrainingClock.from_checkpoint(checkpoint)],
+            callbacks=[
+                TrainingClock.from_checkpoint(checkpoint), CheckpointSchedule(training_args.save_strategy.value)
+            ],
             compute_metrics=(
                 build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None
             ),

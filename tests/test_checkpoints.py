@@ -79,25 +79,26 @@ def test_the_last_n_saves_do_not_include_an_old_best_checkpoint_the_trainer_kept
         assert [path.name for path in last_checkpoints(tmp_path, 5)] == [f"checkpoint-{step}" for step in saves]
 
 
-@pytest.mark.parametrize("best, saves, save_steps, steps_per_epoch, refused", [
-    (100, (100, 300), 100, 37, True),  # save_total_limit 1 kept the best beside the newest: the save at 200 is gone
-    (20, (20, 40), 10, 37, True),
-    (200, (200, 300), 100, 37, False),
-    (300, (300, 350), 100, 37, False),  # the save at the end of training, off the interval
-    (12, (12, 24), 4, 4, True),  # saving by steps where every save falls on a whole epoch
-    (8, (8, 16), 8, 4, False),  # ... every second epoch
-    (37, (37, 111), 500, 37, True),  # saving at epoch ends (save_steps is the unused default): epoch 2's is gone
-    (37, (37, 74), 500, 37, False),
-    (1000, (1000, 2000), 500, 1000, False),  # epochs of 1,000 steps: no save at step 1,500
-    (1000, (1000, 3000), 500, 1000, True),
+@pytest.mark.parametrize("strategy, best, saves, save_steps, steps_per_epoch, refused", [
+    ("steps", 100, (100, 300), 100, 37, True),  # save_total_limit 1 kept the best beside the newest: 200 is gone
+    ("steps", 200, (200, 300), 100, 37, False),
+    ("steps", 300, (300, 350), 100, 37, False),  # the save at the end of training, off the interval
+    ("steps", 350, (350, 600), 100, 37, True),  # an earlier launch's end save, then 400 and 500 are gone
+    ("steps", 4, (4, 8), 2, 4, True),  # every save on a whole epoch: the epochs say nothing here
+    ("epoch", 37, (37, 111), 500.0, 37, True),  # at epoch ends (save_steps, unused, is a multiple of nothing)
+    ("epoch", 37, (37, 74), 500.0, 37, False),
+    ("epoch", 12, (12, 15), 2.0, 4, False),  # the save at the end of training, partway through epoch 4
+    ("epoch", 8, (8, 16), 8.0, 4, True),  # epoch 3's is gone though no multiple of save_steps lies between
+    (None, 100, (100, 300), 100, 37, False),  # saved before the schedule was recorded: not told
 ])
-def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_trainer_states(
-        tmp_path, best, saves, save_steps, steps_per_epoch, refused):
-    """With two checkpoints there is no second gap to compare the first with: their trainer states show whether the
-    run saved between them (by steps: a multiple of the interval between them; at epoch ends: a whole epoch)."""
+def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_recorded_save_strategy(
+        tmp_path, strategy, best, saves, save_steps, steps_per_epoch, refused):
+    """With two checkpoints there is no second gap to compare the first with: the save strategy the newest one
+    records (`CheckpointSchedule`) says whether the run saved between them."""
     for step in saves:
         state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{best}"), "save_steps": save_steps,
-                 "epoch": step / steps_per_epoch}
+                 "epoch": step / steps_per_epoch, "stateful_callbacks": {} if strategy is None else {
+                     "CheckpointSchedule": {"args": {"save_strategy": strategy}, "attributes": {}}}}
         (tmp_path / f"checkpoint-{step}").mkdir()
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
     if refused:

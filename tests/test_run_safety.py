@@ -19,7 +19,7 @@ from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
-from modeling.checkpoints import checkpoint_problem
+from modeling.checkpoints import checkpoint_problem, last_checkpoints
 from modeling.run_lock import RUN_LOCK_NAME, RunLock
 from modeling.trainer import NonFiniteLossError
 from modeling.training import resolve_checkpoint, train, warn_of_missing_random_state
@@ -304,6 +304,27 @@ def test_last_is_refused_where_the_run_finished_after_its_newest_checkpoint_left
                                                  r"8, after its newest checkpoint left \(checkpoint-4\).* name it"):
         run(folder, "--max_steps", "8", "--resume_from_checkpoint", "last")
     assert snapshot(folder) == before
+
+
+def test_each_checkpoint_records_how_its_run_saves_so_a_lost_save_is_told(tmp_path):
+    """The Trainer's state keeps save_steps, which saving at epoch ends leaves unused: each checkpoint also records
+    the save strategy, so `--last 2` tells a best checkpoint kept apart (its next save rotated away) from the save
+    just before the newest."""
+    folder = tmp_path / "run"
+    run(folder, "--max_steps", "6", "--save_steps", "2")
+    saved = json.loads((folder / "checkpoint-6" / "trainer_state.json").read_text())
+    assert saved["stateful_callbacks"]["CheckpointSchedule"]["args"] == {"save_strategy": "steps"}
+    for best, kept, refused in (("checkpoint-4", ["checkpoint-4", "checkpoint-6"], False),
+                                ("checkpoint-2", ["checkpoint-2", "checkpoint-6"], True)):
+        if refused:
+            subprocess.run(["rm", "-r", str(folder / "checkpoint-4")], check=True)  # rotated away, the best kept
+        state_file = folder / "checkpoint-6" / "trainer_state.json"
+        state_file.write_text(json.dumps({**saved, "best_model_checkpoint": str(folder / best)}))
+        if refused:
+            with pytest.raises(ValueError, match=r"checkpoint-2 is not one of the last 2 saves"):
+                last_checkpoints(folder, 2)
+        else:
+            assert [path.name for path in last_checkpoints(folder, 2)] == kept
 
 
 def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run, tmp_path):
