@@ -108,15 +108,23 @@ def refuse_output_in_checkpoint(output_dir: str | os.PathLike) -> None:
             )
 
 
+def callback_record(state: dict, name: str) -> dict:
+    """The arguments a trainer state (a checkpoint's trainer_state.json) records for its stateful callback `name`
+    (the first, where several of that class were), {} without a record."""
+    records = state.get("stateful_callbacks")
+    saved = records.get(name) if isinstance(records, dict) else None
+    saved = saved[0] if isinstance(saved, list) and saved else saved
+    args = saved.get("args") if isinstance(saved, dict) else None
+    return args if isinstance(args, dict) else {}
+
+
 def saved_between(earlier: Path, later: Path) -> bool:
     """Whether the run saved a checkpoint between the checkpoints `earlier` and `later`, as the save strategy that
     `later` records shows (`CheckpointSchedule`; none in checkpoints saved before it: False). Saving by steps saves
     at each multiple of `save_steps`; at epoch ends, at each whole epoch. A last save at the end of training falls
     off either cadence, and an earlier launch may have saved off it too, so only a save strictly between counts."""
     states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
-    record = (states[1].get("stateful_callbacks") or {}).get("CheckpointSchedule")
-    record = record[0] if isinstance(record, list) and record else record
-    strategy = ((record or {}).get("args") or {}).get("save_strategy") if isinstance(record, dict) else None
+    strategy = callback_record(states[1], "CheckpointSchedule").get("save_strategy")
     if strategy == "steps":
         save_steps = states[1].get("save_steps")
         if not isinstance(save_steps, (int, float)) or save_steps < 1:
@@ -352,6 +360,7 @@ def average_checkpoints(
 
 __all__ = [
     "average_checkpoints",
+    "callback_record",
     "average_state_dicts",
     "checkpoint_problem",
     "holds_model",

@@ -22,7 +22,7 @@ from transformers.trainer_utils import seed_worker
 
 from .arguments import TransformerTrainingArguments
 from .batching import TokenBudgetBatchSampler, token_lengths
-from .checkpoints import TRAINER_STATE_NAME, json_object
+from .checkpoints import TRAINER_STATE_NAME, callback_record, json_object
 from .schedule import NOAM, get_noam_schedule
 
 
@@ -67,10 +67,7 @@ class RecordedInCheckpoints(TrainerCallback, ExportableState):
         """The arguments `checkpoint` recorded for this callback ({} without a checkpoint or a record in it)."""
         if checkpoint is None:
             return {}
-        saved = json_object(Path(checkpoint) / TRAINER_STATE_NAME).get("stateful_callbacks", {}).get(cls.__name__)
-        saved = saved[0] if isinstance(saved, list) and saved else saved
-        args = saved.get("args") if isinstance(saved, dict) else None
-        return args if isinstance(args, dict) else {}
+        return callback_record(json_object(Path(checkpoint) / TRAINER_STATE_NAME), cls.__name__)
 
     def on_step_end(self, args, state, control, **kwargs):
         # A checkpoint saved before this callback existed has no record of it, and the Trainer's save looks one up
