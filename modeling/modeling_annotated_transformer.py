@@ -62,6 +62,17 @@ def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache 
     return past_key_values
 
 
+def encoder_decoder_cache(cache: Cache, config: AnnotatedTransformerConfig) -> EncoderDecoderCache:
+    """A cache of the decoder's self-attention alone (a `DynamicCache()` passed to generate(), as decoder-only models
+    take one) gets an empty encoder-decoder part beside it; one that already holds steps cannot be completed."""
+    if cache.get_seq_length() > 0:
+        raise ValueError(
+            f"The decoder needs an `EncoderDecoderCache` (self-attention and encoder-decoder attention), got a "
+            f"{type(cache).__name__} that already holds steps; pass an empty cache or an `EncoderDecoderCache`."
+        )
+    return EncoderDecoderCache(cache, DynamicCache(config=config))
+
+
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs are the targets shifted right by one, starting with `decoder_start_token_id` (§3.1)."""
     if pad_token_id is None or decoder_start_token_id is None:
@@ -159,6 +170,12 @@ class SinusoidalPositionalEncoding(nn.Module):
             return self.encoding.index_select(0, start + torch.arange(length, device=start.device))
         return self.encoding[start : start + length]
 
+    def of_tokens(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(batch, length, d_model): each token's position counts the tokens before it in its row, so that a
+        left-padded sentence is encoded as it is alone (padding positions, masked everywhere, repeat a neighbour's)."""
+        self(0, attention_mask.shape[1])  # the length check
+        return self.encoding[(attention_mask.ne(0).long().cumsum(-1) - 1).clamp(min=0)]
+
 
 class TransformerEmbeddings(nn.Module):
     """§3.4 + §3.5 + §5.4: token embedding * sqrt(d_model) + positional encoding, then dropout."""
@@ -170,7 +187,11 @@ class TransformerEmbeddings(nn.Module):
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, input_ids=None, inputs_embeds=None, past_length: int | torch.Tensor = 0) -> torch.Tensor:
+    def forward(
+        self, input_ids=None, inputs_embeds=None, past_length: int | torch.Tensor = 0, attention_mask=None
+    ) -> torch.Tensor:
+        """`attention_mask` (the encoder's): positions count each row's tokens, not its padding; otherwise they
+        run from `past_length` (the decoder's, which continues from its cache)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
         if inputs_embeds is None:
@@ -179,7 +200,11 @@ class TransformerEmbeddings(nn.Module):
             shape = tuple(inputs_embeds.shape[:2])
             raise ValueError(f"Empty input: (batch, length) = {shape}; give at least one token.")
         inputs_embeds = inputs_embeds * self.embed_scale
-        positions = self.embed_positions(past_length, inputs_embeds.shape[1])
+        if attention_mask is not None and attention_mask.dim() == 2:
+            check_attention_mask(attention_mask, inputs_embeds.shape[:2], "attention_mask")
+            positions = self.embed_positions.of_tokens(attention_mask)
+        else:
+            positions = self.embed_positions(past_length, inputs_embeds.shape[1])
         return self.dropout(inputs_embeds + positions.to(inputs_embeds.dtype))
 
 
@@ -516,11 +541,20 @@ def deepnet_gains(encoder_layers: int, decoder_layers: int) -> tuple[float, floa
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def layer_outputs(layer_class: type[nn.Module], depth_key: str) -> OutputRecorder | type[nn.Module]:
+    """The hidden states a stack records: its layers' outputs, counted by its own depth (`encoder_layers` or
+    `decoder_layers`) when transformers resolves `output_hidden_states=[indices]` (>= 5.24), not by
+    `num_hidden_layers` (the encoder's), which dropped a deeper decoder's last layers."""
+    if "num_hidden_layers_key" in OutputRecorder.__dataclass_fields__:
+        return OutputRecorder(layer_class, num_hidden_layers_key=depth_key)
+    return layer_class
+
+
 class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
     """A stack of `encoder_layers` identical layers over the source embeddings (+ a final LayerNorm when pre-norm)."""
 
     _can_record_outputs = {
-        "hidden_states": AnnotatedTransformerEncoderLayer,
+        "hidden_states": layer_outputs(AnnotatedTransformerEncoderLayer, "encoder_layers"),
         "attentions": AnnotatedTransformerAttention,
     }
 
@@ -543,8 +577,7 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
         check_token_ids(input_ids, self.config.src_vocab_size, "input_ids")
-        hidden_states = self.embeddings(input_ids, inputs_embeds)
-        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask")
+        hidden_states = self.embeddings(input_ids, inputs_embeds, attention_mask=attention_mask)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -560,7 +593,7 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
     (§3.1), and its keys/values live in an `EncoderDecoderCache` during generation."""
 
     _can_record_outputs = {
-        "hidden_states": AnnotatedTransformerDecoderLayer,
+        "hidden_states": layer_outputs(AnnotatedTransformerDecoderLayer, "decoder_layers"),
         "attentions": OutputRecorder(AnnotatedTransformerAttention, index=1, layer_name="self_attn"),
         "cross_attentions": OutputRecorder(AnnotatedTransformerAttention, index=1, layer_name="encoder_attn"),
     }
@@ -597,6 +630,8 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         cache = cache_argument(cache, past_key_values)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
+            cache = encoder_decoder_cache(cache, self.config)
         # Positions continue from what the cache holds (transformers 5 has no cache_position): an int, or a 0-d
         # tensor for a static cache.
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -616,7 +651,7 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         else:
             if attention_mask is None:
                 attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
-            self_attn_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+            self_attn_cache = cache.self_attention_cache if cache is not None else None
             causal_mask = create_causal_mask(
                 config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
                 **{CACHE_NAME: self_attn_cache},
@@ -890,11 +925,18 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
     )
 
     def _prepare_generation_config(self, generation_config, **kwargs):
-        # A caller's max_length keyword counts: the saved config's max_new_tokens (train.py writes one) would win.
-        if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
-            kwargs["max_new_tokens"] = None
-        # transformers lets num_beams < 1 through to a ZeroDivisionError or a "negative dimension" deep in search.
+        # A caller's max_length (a keyword, or in the generation config given) counts: the saved config's
+        # max_new_tokens (train.py writes one) would win.
+        if "max_length" in kwargs:
+            max_length = kwargs["max_length"]
+        elif generation_config is not None and generation_config.max_new_tokens is None:
+            max_length = generation_config.max_length
+        else:
+            max_length = None
         generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        if max_length is not None and "max_new_tokens" not in kwargs:
+            generation_config.max_new_tokens = None
+        # transformers lets num_beams < 1 through to a ZeroDivisionError or a "negative dimension" deep in search.
         if generation_config.num_beams is not None and generation_config.num_beams < 1:
             raise ValueError(f"`num_beams` must be >= 1 (1 = greedy or sampling), got {generation_config.num_beams}.")
         return generation_config, model_kwargs

@@ -3,6 +3,7 @@ import torch
 import transformers
 from model_helpers import VOCAB, assert_varied, enable_checkpointing, generating_model, padded_batch
 from packaging import version
+from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from modeling.modeling_annotated_transformer import CACHE_NAME
@@ -72,6 +73,40 @@ def test_a_callers_max_length_wins_over_the_saved_max_new_tokens(model):
     assert model.generate(input_ids, **kwargs).shape[1] == 1 + 8
     assert model.generate(input_ids, max_length=4, **kwargs).shape[1] == 4
     assert model.generate(input_ids, max_length=4, max_new_tokens=6, **kwargs).shape[1] == 1 + 6
+    given = GenerationConfig(max_length=4, suppress_tokens=[model.config.eos_token_id])  # as pipeline(...) passes it
+    assert model.generate(input_ids, attention_mask=attention_mask, generation_config=given).shape[1] == 4
+    given = GenerationConfig(suppress_tokens=[model.config.eos_token_id])  # no length: the saved one holds
+    assert model.generate(input_ids, attention_mask=attention_mask, generation_config=given).shape[1] == 1 + 8
+
+
+def test_a_decoder_only_cache_given_to_generate_is_completed(model):
+    """`past_key_values=DynamicCache()` (a decoder-only model's habit) decodes as the default cache does, where the
+    cross-attention keys went into the self-attention cache and crashed; a cache holding steps is refused."""
+    input_ids, attention_mask = padded_batch()
+    for kwargs in (dict(), dict(num_beams=3)):
+        default = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, **kwargs)
+        given = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10,
+                               **{CACHE_NAME: DynamicCache()}, **kwargs)
+        assert_varied(default)
+        assert torch.equal(given, default)
+    filled = DynamicCache()
+    filled.update(torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8), 0)
+    with pytest.raises(ValueError, match="EncoderDecoderCache"):
+        model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :1],
+              **{CACHE_NAME: filled}, use_cache=True)
+
+
+def test_a_left_padded_source_translates_as_alone(model):
+    """Encoder positions count each row's tokens, so padding on the left (padding_side="left") moves no token."""
+    input_ids, attention_mask = padded_batch()
+    left_ids, left_mask = input_ids.clone(), attention_mask.clone()
+    left_ids[1] = torch.cat([input_ids[1, 4:], input_ids[1, :4]])
+    left_mask[1] = torch.cat([attention_mask[1, 4:], attention_mask[1, :4]])
+    for kwargs in (dict(), dict(num_beams=3)):
+        right = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, **kwargs)
+        left = model.generate(left_ids, attention_mask=left_mask, max_new_tokens=10, **kwargs)
+        assert_varied(right)
+        assert torch.equal(left, right)
 
 
 def test_static_cache_decoding_compiles_without_graph_breaks(model):

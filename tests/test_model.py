@@ -5,6 +5,7 @@ import pytest
 import torch
 from model_helpers import VOCAB, enable_checkpointing, padded_batch, tiny_config, tiny_model
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils.output_capturing import OutputRecorder
 
 from modeling import AnnotatedTransformerModel
 from modeling.modeling_annotated_transformer import (
@@ -247,6 +248,21 @@ def test_attentions_and_hidden_states_are_returned():
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 5, 7)
     assert len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 3
     assert torch.allclose(out.encoder_attentions[0].sum(-1), torch.ones(2, 4, 7), atol=1e-5)
+
+
+def test_selected_hidden_states_are_counted_by_each_stacks_depth():
+    """`output_hidden_states=[indices]` (transformers >= 5.24) selects by each stack's own depth: a 1+3 model's
+    decoder index 3 and -1 are its last layer's output, not an encoder-depth index dropped."""
+    if "num_hidden_layers_key" not in OutputRecorder.__dataclass_fields__:
+        pytest.skip("this transformers selects no hidden states by index")
+    model = tiny_model(encoder_layers=1, decoder_layers=3)
+    input_ids, attention_mask = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :5])
+    every = model(**kwargs, output_hidden_states=True)
+    for selected in ([3], [-1]):
+        chosen = model(**kwargs, output_hidden_states=selected)
+        assert torch.equal(chosen.decoder_hidden_states[3], every.decoder_hidden_states[3]), selected
+    assert torch.equal(chosen.encoder_hidden_states[1], every.encoder_hidden_states[1])  # -1: the encoder's last
 
 
 def test_over_long_input_is_refused_clearly():
