@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Translation, Value, load_dataset, load_from_disk
+from datasets.data_files import DataFilesDict, DataFilesList
 from datasets.exceptions import DatasetGenerationError
 from datasets.features import Json
 
@@ -259,10 +260,17 @@ def _token_ids_function(tokenizer):
     call is its backend's `encode_batch` plus conversions; `encode_batch_fast` (no character offsets) gives the same
     ids about 1.5x faster, which is most of the time to prepare a WMT-size corpus. Subclasses may add their own
     processing, so they keep the full call."""
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast  # local: keep `import modeling.data` light
 
     if type(tokenizer) is PreTrainedTokenizerFast and hasattr(tokenizer.backend_tokenizer, "encode_batch_fast"):
         backend = tokenizer.backend_tokenizer
+        if backend.truncation is not None or backend.padding is not None:
+            # left on by an earlier call (truncation=True, padding=True) or saved so: the tokenizer's own call
+            # switches them off for these arguments, the backend would cut and pad with them
+            backend = Tokenizer.from_str(backend.to_str())
+            backend.no_truncation()
+            backend.no_padding()
         return lambda texts: [encoding.ids for encoding in backend.encode_batch_fast(texts)]
     return lambda texts: tokenizer(texts, return_attention_mask=False)["input_ids"]
 
@@ -412,6 +420,15 @@ def _choose_languages(
     return first, second
 
 
+def _columns_name_no_language(where: str, columns: Sequence[str], languages: Sequence[str | None]) -> None:
+    """Languages were asked for, but the data's text columns are `source`/`target` (or `src`/`tgt`): they are read
+    in that order, which may be the other direction; say so."""
+    asked = [lang for lang in languages if lang is not None]
+    if asked:
+        logger.warning("%s: its columns do not name the language(s) %s; reading %r as the source and %r as the "
+                       "target", where, " and ".join(map(repr, asked)), *columns)
+
+
 # Line-aligned text files ----------------------------------------------------------------------------------------
 
 
@@ -516,9 +533,14 @@ def _find_data_files(directory: Path) -> tuple[str, dict[str, list[str]]] | None
 
 def _load_data_files(builder: str, data_files: dict[str, list[str]], load_dataset_kwargs: dict) -> DatasetDict:
     """`datasets`' csv/json/parquet builder on the given files; CSV cells are read as stored (pandas would turn
-    "NA", "None", "null", "n/a" ... into missing values)."""
+    "NA", "None", "null", "n/a" ... into missing values). Its cache is keyed by the files' SHA-256 digests, as for
+    text files, where `datasets` would key it by their modification times (an edit that keeps one was not seen)."""
     options = {"keep_default_na": False, "na_filter": False} if builder == "csv" else {}
-    return load_dataset(builder, data_files=data_files, **options, **load_dataset_kwargs)
+    by_content = DataFilesDict({
+        split: DataFilesList([os.path.abspath(path) for path in paths], [(sha256(path),) for path in paths])
+        for split, paths in data_files.items()
+    })
+    return load_dataset(builder, data_files=by_content, **options, **load_dataset_kwargs)
 
 
 def _find_tables(directory: Path) -> dict[str, Path]:
@@ -560,6 +582,8 @@ def _read_tsv(path: Path, columns, languages) -> tuple[list[str], list[str]]:
         positions, width, first_data_row = [header.index(name) for name in columns], len(header), 1
     else:
         positions, width, first_data_row = (0, 1), 2, int(tuple(header) in _DEFAULT_COLUMN_PAIRS)
+        if first_data_row:
+            _columns_name_no_language(str(path), header, languages)
     hint = ""
     if columns is None and all(languages):
         hint = f" (or a header row naming {languages[0]!r} and {languages[1]!r})"
@@ -610,6 +634,7 @@ def _choose_keys(keys: list[str], languages, where: str) -> tuple[str, str]:
     if None in languages or not set(languages) <= set(keys):
         for pair in _DEFAULT_COLUMN_PAIRS:
             if set(pair) <= set(keys):
+                _columns_name_no_language(where, pair, languages)
                 return pair
     return _choose_languages(keys, *languages, where)
 
@@ -671,6 +696,8 @@ def _from_datasets(
                 f"cannot find the text pairs in the {where}: expected a 'translation' column, columns named by "
                 "source_lang/target_lang, 'source'/'target', or pass source_column/target_column"
             )
+        if (source_column, target_column) in _DEFAULT_COLUMN_PAIRS:
+            _columns_name_no_language(f"the {where}", (source_column, target_column), (source_lang, target_lang))
 
     def side(batch, column, key):
         if key is None:

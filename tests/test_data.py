@@ -180,6 +180,12 @@ def test_tsv_with_and_without_header(tmp_path, caplog):
     with pytest.raises(ValueError, match=r"column\(s\) \['fr'\] not in the header line \['id', 'en', 'de'\]"):
         load_parallel_corpus(named, source_column="fr", target_column="en")
 
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):  # languages asked of source/target columns
+        assert as_pairs(load_parallel_corpus(tmp_path, "en", "de")["train"]) == PAIRS[:2]
+    assert "train.tsv: its columns do not name the language(s) 'en' and 'de'; reading 'source' as the source" in (
+        caplog.text)
+    caplog.clear()
+
     languages = tmp_path / "languages.tsv"
     write_lines(languages, ["de\ten", "Ein Hund.\tA dog."])
     assert as_pairs(load_parallel_corpus(languages, "de", "en")["train"]) == [("Ein Hund.", "A dog.")]
@@ -199,11 +205,14 @@ def test_tsv_with_and_without_header(tmp_path, caplog):
         load_parallel_corpus(broken)
 
 
-def test_jsonl_flat_and_translation_objects(tmp_path):
+def test_jsonl_flat_and_translation_objects(tmp_path, caplog):
     write_lines(tmp_path / "train.jsonl", [json.dumps({"source": s, "target": t}) for s, t in PAIRS] + [""])
     write_lines(tmp_path / "test.jsonl", [json.dumps({"translation": {"de": "Hallo", "en": "Hello", "fr": "Salut"}})])
-    corpus = load_parallel_corpus(tmp_path, "en", "fr")
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        corpus = load_parallel_corpus(tmp_path, "en", "fr")
     assert as_pairs(corpus["train"]) == PAIRS and as_pairs(corpus["test"]) == [("Hello", "Salut")]
+    assert "train.jsonl line 1: its columns do not name the language(s) 'en' and 'fr'" in caplog.text
+    assert "test.jsonl" not in caplog.text
 
     bad = tmp_path / "bad.jsonl"
     write_lines(bad, [json.dumps({"de": "a", "en": "b"}), "{not json", ""])
@@ -247,6 +256,25 @@ def test_a_folder_of_csv_files_keeps_each_file_a_split_and_each_cell_as_stored(t
         load_parallel_corpus(corpus_dir, "de", "en")
 
 
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_csv_files_are_cached_by_their_content(tmp_path, monkeypatch, kind):
+    """`datasets` keys a data file's cache by its modification time: a file edited in place with its time kept
+    (`cp -p`, `rsync -a` of another version) is read again, as text files are."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    table = corpus_dir / "train.csv"
+    write_lines(table, ["de,en", "A,B", "C,D"])
+    path = corpus_dir if kind == "folder" else table
+    first = load_parallel_corpus(path, "de", "en")["train"]
+    assert as_pairs(first) == [("A", "B"), ("C", "D")]
+    assert load_parallel_corpus(path, "de", "en")["train"].cache_files == first.cache_files  # reused
+    stat = table.stat()
+    write_lines(table, ["de,en", "X,Y", "C,D"])
+    os.utime(table, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert as_pairs(load_parallel_corpus(path, "de", "en")["train"]) == [("X", "Y"), ("C", "D")]
+
+
 def test_a_folder_of_data_files_takes_shards_ignores_other_formats_and_yields_to_data_files(tmp_path, caplog):
     for shard, pairs in enumerate((PAIRS[:2], PAIRS[2:])):
         Dataset.from_dict({"de": [s for s, _ in pairs], "en": [t for _, t in pairs]}).to_parquet(
@@ -283,7 +311,7 @@ def test_translation_direction_defaults_to_the_config_name_order():
     assert as_pairs(_from_datasets(raw, None, None, None, None, "de-en")["train"]) == [("Hund", "dog")]
 
 
-def test_two_named_columns_and_save_to_disk_folders(tmp_path):
+def test_two_named_columns_and_save_to_disk_folders(tmp_path, caplog):
     rows = {"german": [s for s, _ in PAIRS], "english": [t for _, t in PAIRS], "score": [1.0] * len(PAIRS)}
     DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(tmp_path / "saved")
     corpus = load_parallel_corpus(tmp_path / "saved", source_column="german", target_column="english")
@@ -295,6 +323,11 @@ def test_two_named_columns_and_save_to_disk_folders(tmp_path):
     Dataset.from_dict(rows).save_to_disk(tmp_path / "one")  # a single Dataset: the train split
     assert as_pairs(load_parallel_corpus(tmp_path / "one", source_column="german", target_column="english")["train"]) \
         == PAIRS
+    unnamed = {"source": rows["german"], "target": rows["english"]}
+    DatasetDict({"train": Dataset.from_dict(unnamed)}).save_to_disk(tmp_path / "unnamed")
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        assert as_pairs(load_parallel_corpus(tmp_path / "unnamed", "en", "de")["train"]) == PAIRS
+    assert "columns ['source', 'target']: its columns do not name the language(s) 'en' and 'de'" in caplog.text
 
 
 # Filtering and tokenization ---------------------------------------------------------------------------------------
@@ -423,3 +456,27 @@ def test_the_fast_token_path_gives_the_ids_of_the_tokenizer_call():
                                tokenizer)["train"]
     assert tokenized["input_ids"][:] == tokenizer(texts)["input_ids"]
     assert tokenized["labels"][:] == tokenizer(texts[::-1])["input_ids"]
+
+
+def test_tokens_are_neither_cut_nor_padded_by_the_tokenizers_saved_or_last_settings(tmp_path, monkeypatch):
+    """A backend left truncating by an earlier call (translate's truncation=True) or saved truncating and padding:
+    the pairs are tokenized as the tokenizer's plain call does, so a long pair is filtered, not cut, and labels hold
+    no padding; nor is a cut result served from the cache to a clean tokenizer."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    texts = ["ein sehr langer Satz mit vielen Woertern und noch mehr", "kurz"]
+    corpus = DatasetDict({"train": Dataset.from_dict({"source": texts, "target": ["kurz", "kurz"]})})
+    tokenizer = train_tokenizer(texts * 5, vocab_size=300)
+    lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
+    assert lengths[0] > 8
+    tokenizer(texts, truncation=True, max_length=5)
+    assert tokenizer.backend_tokenizer.truncation is not None  # what the fast path would have obeyed
+    assert [len(ids) for ids in tokenize_pairs(corpus, tokenizer)["train"]["input_ids"]] == lengths
+
+    tokenizer.backend_tokenizer.enable_padding(pad_id=tokenizer.pad_token_id, length=20)
+    tokenizer.save_pretrained(tmp_path / "saved")
+    saved = AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert saved.backend_tokenizer.truncation is not None and saved.backend_tokenizer.padding is not None
+    _, tokenized, report = prepare_pairs(corpus, saved, max_length=8)
+    assert report["train"]["too_long"] == 1
+    short = tokenizer(["kurz"])["input_ids"]
+    assert tokenized["train"]["input_ids"][:] == short and tokenized["train"]["labels"][:] == short
