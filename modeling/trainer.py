@@ -8,6 +8,7 @@ resume, evaluation with `generate`, logging) is the Trainer's own. Its arguments
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import os
 import time
@@ -107,6 +108,57 @@ class CheckpointSchedule(RecordedInCheckpoints):
 
     def state(self) -> dict:
         return {"args": {"save_strategy": self.save_strategy}, "attributes": {}}
+
+
+class EpochBatches(RecordedInCheckpoints):
+    """What decides an epoch's batches and optimizer steps: the training pairs' token lengths (a digest), the data
+    seed, the batch size or token budget, accumulation and the number of processes. A resumed Trainer counts the
+    checkpoint's steps off the batches this launch makes; where any of these differ, those are other batches, and
+    `differences` names them."""
+
+    def __init__(self, settings: dict | None = None):
+        self.settings = dict(settings or {})
+
+    @classmethod
+    def of(cls, train_dataset, args: TransformerTrainingArguments) -> "EpochBatches":
+        digest = hashlib.sha256()
+        for lengths in token_lengths(train_dataset):
+            digest.update(lengths.astype("<i8").tobytes())
+        settings = {
+            "training pairs": digest.hexdigest(),
+            "seed": args.data_seed if args.data_seed is not None else args.seed,
+            "processes": args.world_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        }
+        if getattr(args, "max_tokens", None) is not None:
+            settings.update(max_tokens=args.max_tokens, pad_to_multiple_of=args.pad_to_multiple_of)
+        else:
+            settings.update(per_device_train_batch_size=args.per_device_train_batch_size,
+                            group_by_length=args.group_by_length)
+        return cls(settings)
+
+    def differences(self, saved: dict) -> list[str]:
+        """This launch's settings that differ from `saved` (a checkpoint's record: `saved_args(checkpoint)`), each
+        as "--flag value (the checkpoint's: value)"; none where the checkpoint has no record."""
+        recorded = saved.get("settings")
+        if not isinstance(recorded, dict) or not recorded:
+            return []
+        differences = []
+        for key in sorted(set(recorded) | set(self.settings)):
+            ours, theirs = self.settings.get(key), recorded.get(key)
+            if ours == theirs:
+                continue
+            if key == "training pairs":
+                differences.append("other training pairs (their token lengths differ)")
+            elif key == "processes":
+                differences.append(f"{ours} process(es) (the checkpoint's: {theirs})")
+            else:
+                flag = "--data_seed/--seed" if key == "seed" else f"--{key}"
+                differences.append(f"{flag} {ours} (the checkpoint's: {theirs})")
+        return differences
+
+    def state(self) -> dict:
+        return {"args": {"settings": self.settings}, "attributes": {}}
 
 
 class LaunchHistory(RecordedInCheckpoints):
@@ -262,6 +314,7 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
 __all__ = [
     "CheckpointSchedule",
+    "EpochBatches",
     "LaunchHistory",
     "NonFiniteLossError",
     "TrainingClock",

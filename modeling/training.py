@@ -58,6 +58,7 @@ from .run_lock import RUN_LOCK_NAME, RunLock
 from .tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
 from .trainer import (
     CheckpointSchedule,
+    EpochBatches,
     LaunchHistory,
     TrainingClock,
     TransformerSeq2SeqTrainer,
@@ -287,6 +288,19 @@ def warn_of_missing_random_state(checkpoint: str, training_args) -> None:
         logger.warning("%s holds no %s (this run has %d process(es): it was saved by another number, or the file is "
                        "lost): process %d resumes without its random generators' states, so training goes on, but "
                        "not as the uninterrupted run would", checkpoint, name, world_size, rank)
+
+
+def warn_of_other_batches(checkpoint: str, batches: EpochBatches) -> None:
+    """Resuming with other data or batch settings than the checkpoint's run goes on, as a user may mean it to (on
+    another machine, with more data), but not as that run would: the Trainer counts the checkpoint's steps off this
+    launch's batches to find the epoch and the batches to skip. Say so, naming the settings."""
+    differences = batches.differences(EpochBatches.saved_args(checkpoint))
+    if differences:
+        logger.warning("--resume_from_checkpoint %s: this launch batches the data otherwise than the run it resumes "
+                       "(%s); the Trainer counts the checkpoint's steps off the new batches to find where to go on, "
+                       "so the rest of the run repeats or leaves out pairs of the epoch it resumes in and is not what "
+                       "the uninterrupted run would train; resume with the run's own settings to go on exactly",
+                       checkpoint, "; ".join(differences))
 
 
 def holds_run(directory: Path) -> bool:
@@ -633,6 +647,9 @@ def setup_training(
 
     try:
         tokenizer, corpus, tokenized, filter_report = first_process_then_others(training_args, first, prepare)
+        batches = EpochBatches.of(tokenized["train"], training_args)
+        if resuming and not finishing and training_args.process_index == 0:
+            warn_of_other_batches(checkpoint, batches)
         model = build_model(model_args, data_args, tokenizer, training_args)
         collator = DataCollatorForSeq2Seq(
             tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
@@ -645,7 +662,8 @@ def setup_training(
             data_collator=collator,
             processing_class=tokenizer,
             callbacks=[
-                TrainingClock.from_checkpoint(checkpoint), CheckpointSchedule(training_args.save_strategy.value)
+                TrainingClock.from_checkpoint(checkpoint), CheckpointSchedule(training_args.save_strategy.value),
+                batches,
             ],
             compute_metrics=(
                 build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None

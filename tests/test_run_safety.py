@@ -346,11 +346,13 @@ def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run,
             f"# resumed from {folder / 'checkpoint-8'}"], record
 
 
-def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys):
+def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys, caplog):
     folder = tmp_path / "run"
     subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
-    run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):
+        run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
     assert f"Resuming from {folder / 'checkpoint-8'}" in capsys.readouterr().out
+    assert "batches the data otherwise" not in caplog.text  # the same settings: the same batches
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 12
     # The card's training time covers the run, not only this launch (the Trainer's train_runtime)
     clock = json.loads((folder / "checkpoint-8" / "trainer_state.json").read_text())["stateful_callbacks"]
@@ -359,6 +361,20 @@ def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys)
     assert 0 < before <= first_launch
     total = before + json.loads((folder / "train_results.json").read_text())["train_runtime"]
     assert f"| training time | {total / 60:,.1f} min ({total:,.0f} s) |" in (folder / "README.md").read_text()
+
+
+def test_resuming_with_other_batches_is_warned_of_naming_the_settings(earlier_run, tmp_path, caplog):
+    """The Trainer counts the checkpoint's steps off this launch's batches: with another token budget, seed or data
+    those are other batches, and the resumed epoch repeats or leaves out pairs."""
+    folder = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):
+        run(folder, "--max_steps", "10", "--resume_from_checkpoint", str(folder / "checkpoint-4"),
+            "--max_tokens", "96", "--data_seed", "7", "--max_train_samples", "60")
+    assert (f"--resume_from_checkpoint {folder / 'checkpoint-4'}: this launch batches the data otherwise than the run "
+            "it resumes (--max_tokens 96 (the checkpoint's: 128); --data_seed/--seed 7 (the checkpoint's: 0); other "
+            "training pairs (their token lengths differ)); the Trainer counts") in caplog.text
+    assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 10  # training went on
 
 
 def test_a_checkpoint_saved_before_the_training_clock_and_launch_history_existed_resumes(earlier_run, tmp_path):
@@ -370,8 +386,9 @@ def test_a_checkpoint_saved_before_the_training_clock_and_launch_history_existed
     state = json.loads(state_file.read_text())
     del state["stateful_callbacks"]["TrainingClock"]
     del state["stateful_callbacks"]["LaunchHistory"]
+    del state["stateful_callbacks"]["EpochBatches"]
     state_file.write_text(json.dumps(state))
-    run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
+    run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last", "--max_tokens", "96")
     assert json.loads((folder / "checkpoint-12" / "trainer_state.json").read_text())["global_step"] == 12
     runtime = json.loads((folder / "train_results.json").read_text())["train_runtime"]  # the time before is unknown
     assert f"| training time | {runtime / 60:,.1f} min ({runtime:,.0f} s) |" in (folder / "README.md").read_text()
