@@ -280,7 +280,9 @@ def _tokens_fingerprint(dataset: Dataset, tokenizer, target_tokenizer) -> str | 
     serialized pipelines without the padding and truncation settings that calling a tokenizer may change (hashing
     the tokenizer object itself is unstable across runs: huggingface/datasets#5985, #6179). None (let `datasets`
     hash) for a tokenizer without a `tokenizers` backend."""
-    parts = ["tokenize_pairs v1", dataset._fingerprint]
+    # v2: v1's fast path obeyed the backend's truncation and padding, which the key leaves out: its caches may hold
+    # cut or padded tokens
+    parts = ["tokenize_pairs v2", dataset._fingerprint]
     for each in (tokenizer, target_tokenizer):
         backend = getattr(each, "backend_tokenizer", None)
         if backend is None:

@@ -134,7 +134,8 @@ class EpochBatches(RecordedInCheckpoints):
             settings.update(max_tokens=args.max_tokens, pad_to_multiple_of=args.pad_to_multiple_of)
         else:
             settings.update(per_device_train_batch_size=args.per_device_train_batch_size,
-                            group_by_length=args.group_by_length)
+                            train_sampling_strategy=str(args.train_sampling_strategy),
+                            dataloader_drop_last=args.dataloader_drop_last)
         return cls(settings)
 
     def differences(self, saved: dict) -> list[str]:

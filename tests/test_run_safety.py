@@ -377,6 +377,24 @@ def test_resuming_with_other_batches_is_warned_of_naming_the_settings(earlier_ru
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 10  # training went on
 
 
+def test_fixed_size_batches_are_recorded_and_another_batch_size_on_resume_is_warned_of(tmp_path, caplog):
+    folder = tmp_path / "run"
+    flags = list(zip(SMALL[::2], SMALL[1::2]))
+    without_budget = [part for flag, value in flags if flag != "--max_tokens" for part in (flag, value)]
+    model_args, data_args, training_args, config_path = parse_arguments(
+        [*without_budget, "--output_dir", str(folder), "--per_device_train_batch_size", "8", "--max_steps", "4",
+         "--save_steps", "2"], default_config=DEFAULT_CONFIG)
+    assert training_args.max_tokens is None
+    train(model_args, data_args, training_args, config_path=config_path)
+    model_args, data_args, training_args, config_path = parse_arguments(
+        [*without_budget, "--output_dir", str(folder), "--per_device_train_batch_size", "4", "--max_steps", "6",
+         "--resume_from_checkpoint", "last"], default_config=DEFAULT_CONFIG)
+    with caplog.at_level(logging.WARNING, logger="modeling.training"):
+        train(model_args, data_args, training_args, config_path=config_path)
+    assert "batches the data otherwise than the run it resumes (--per_device_train_batch_size 4 (the " \
+           "checkpoint's: 8))" in caplog.text
+
+
 def test_a_checkpoint_saved_before_the_training_clock_and_launch_history_existed_resumes(earlier_run, tmp_path):
     # the Trainer's save looked up the clock's record in the state it loaded from such a checkpoint: a KeyError at
     # the first save after resuming, and again after every later resume
