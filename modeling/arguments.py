@@ -477,6 +477,19 @@ def parse_arguments(
     return model_args, data_args, training_args, config_path
 
 
+def defaults_file(argv: Sequence[str], copy_task_config: str | os.PathLike) -> Path | None:
+    """The file whose values are a run's defaults where it gives no --config: the copy task's for a run on a
+    synthetic task (no corpus named), none for a run on a corpus (--data_dir, or a --dataset_name that is not a
+    synthetic task), which takes the flags' own defaults (`--help`), not the copy task's 270-entry vocabulary,
+    32-token --max_length and tiny preset."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for flag in ("--data_dir", "--dataset_name"):
+        parser.add_argument(flag, default=None)
+    named, _ = parser.parse_known_args(list(argv))
+    corpus = named.data_dir is not None or named.dataset_name not in (None, *SYNTHETIC_TASKS)
+    return None if corpus else Path(copy_task_config)
+
+
 def _choose_batching(training_args, argv: Sequence[str], config_values: dict) -> None:
     """One training batch rule: token budgets (--max_tokens) or a fixed number of pairs (--per_device_train_batch_size).
     Either on the command line overrides the other from a config file, as every flag overrides the file; both given
@@ -713,6 +726,7 @@ __all__ = [
     "TransformerTrainingArguments",
     "build_parser",
     "check_output_dir",
+    "defaults_file",
     "mixed_precision",
     "model_config",
     "parse_arguments",

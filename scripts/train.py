@@ -1,7 +1,8 @@
 """Train the Transformer with Seq2SeqTrainer: `accelerate launch scripts/train.py [--config FILE] [--flag value ...]`.
 
-With no arguments it trains a tiny model on the embedded copy task (configs/copy_tiny.yaml). `--help` lists every
-argument; a YAML/JSON `--config` supplies defaults that command-line flags override.
+With no arguments it trains a tiny model on the embedded copy task (configs/copy_tiny.yaml, whose values are the
+defaults of every run on a synthetic task without --config; a run on a corpus takes the flags' own). `--help` lists
+every argument; a YAML/JSON `--config` supplies defaults that command-line flags override.
 
 A bad argument, config file or corpus stops the run before anything is written, with one line
 `train.py: error: ...` naming it and exit status 2 (in a multi-process run, by the process that found it; the others
@@ -11,7 +12,7 @@ end quietly); a failed Hub upload after training exits with status 1.
 import sys
 from pathlib import Path
 
-from modeling.arguments import ConfigurationError, parse_arguments
+from modeling.arguments import ConfigurationError, defaults_file, parse_arguments
 from modeling.hub import HubUploadError
 from modeling.trainer import NonFiniteLossError
 from modeling.training import RefusedByAnotherProcess, train
@@ -28,7 +29,9 @@ def fail(error: Exception, status: int) -> None:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        model_args, data_args, training_args, config_path = parse_arguments(argv, default_config=DEFAULT_CONFIG)
+        model_args, data_args, training_args, config_path = parse_arguments(
+            argv, default_config=defaults_file(argv, DEFAULT_CONFIG)
+        )
         train(model_args, data_args, training_args, config_path=config_path, argv=argv)
     except RefusedByAnotherProcess:
         # That process prints why and fails the run. This one ends quietly with status 0: the launcher (torch's

@@ -212,6 +212,37 @@ def test_model_card_template_fields_must_all_be_given():
         render_model_card({"card_data": ""})
 
 
+@pytest.mark.parametrize(("argv", "copy_task_defaults"), [
+    ([], True),
+    (["--max_steps", "300"], True),
+    (["--dataset_name", "reverse"], True),
+    (["--data_dir", "corpus", "--source_lang", "de", "--target_lang", "en"], False),
+    (["--data_dir=corpus"], False),
+    (["--dataset_name", "wmt14", "--dataset_config", "de-en"], False),
+    (["--config", "configs/multi30k_de_en_cpu.yaml", "--data_dir", "corpus"], False),
+])
+def test_the_copy_tasks_config_gives_the_defaults_of_copy_task_runs_only(monkeypatch, argv, copy_task_defaults):
+    """A run on a corpus without --config took the copy task's 270-entry vocabulary, 32-token max_length and tiny
+    preset: a real corpus lost its longer pairs to the length filter."""
+    import modeling.training
+
+    seen = {}
+    monkeypatch.setattr(modeling.training, "train", lambda *args, **kwargs: seen.update(args=args, **kwargs))
+    monkeypatch.setattr(sys, "argv", ["train.py", *argv])
+    monkeypatch.chdir(REPO_ROOT)
+    runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")
+    model_args, data_args, training_args = seen["args"]
+    config_path = seen["config_path"]
+    if copy_task_defaults:
+        assert config_path == DEFAULT_CONFIG and data_args.max_length == 32 and data_args.vocab_size == 270
+    elif "--config" in argv:
+        assert config_path == Path(argv[1]) and data_args.max_length != 32
+    else:
+        assert config_path is None
+        assert (data_args.max_length, data_args.vocab_size) == (128, 8000)  # the flags' own defaults
+        assert training_args.output_dir.endswith("transformer")
+
+
 def folder_digests(folder: Path) -> dict[Path, str]:
     return {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.rglob("*")) if path.is_file()}
 
