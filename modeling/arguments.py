@@ -477,16 +477,24 @@ def parse_arguments(
     return model_args, data_args, training_args, config_path
 
 
+def given_values(argv: Sequence[str], *names: str) -> dict:
+    """The values the command line gives the flags of these argument names ({name: value}, without the ones it
+    leaves out), under any spelling the parser takes (`--data_dir`, `--data-dir`, `--data_dir=...`)."""
+    spellings = {action.dest: action.option_strings for action in build_parser()._actions if action.dest in names}
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in names:
+        parser.add_argument(*spellings[name], dest=name, default=None)
+    given, _ = parser.parse_known_args(list(argv))
+    return {name: value for name, value in vars(given).items() if value is not None}
+
+
 def defaults_file(argv: Sequence[str], copy_task_config: str | os.PathLike) -> Path | None:
     """The file whose values are a run's defaults where it gives no --config: the copy task's for a run on a
     synthetic task (no corpus named), none for a run on a corpus (--data_dir, or a --dataset_name that is not a
-    synthetic task), which takes the flags' own defaults (`--help`), not the copy task's 270-entry vocabulary,
-    32-token --max_length and tiny preset."""
-    parser = argparse.ArgumentParser(add_help=False)
-    for flag in ("--data_dir", "--dataset_name"):
-        parser.add_argument(flag, default=None)
-    named, _ = parser.parse_known_args(list(argv))
-    corpus = named.data_dir is not None or named.dataset_name not in (None, *SYNTHETIC_TASKS)
+    synthetic task), which takes the flags' own defaults (`--help --data_dir DIR` shows them), not the copy task's
+    270-entry vocabulary, 32-token --max_length and tiny preset."""
+    given = given_values(argv, "data_dir", "dataset_name")
+    corpus = "data_dir" in given or given.get("dataset_name", SYNTHETIC_TASKS[0]) not in SYNTHETIC_TASKS
     return None if corpus else Path(copy_task_config)
 
 
@@ -495,15 +503,13 @@ def _choose_batching(training_args, argv: Sequence[str], config_values: dict) ->
     Either on the command line overrides the other from a config file, as every flag overrides the file; both given
     in one place (the command line, or the file without the command line's choice) are refused: the batch size would
     be ignored."""
-    def on_command_line(flag):
-        return any(arg == flag or arg.startswith(f"{flag}=") for arg in argv)
-
+    given = given_values(argv, "per_device_train_batch_size", "max_tokens")
     batch_size = "--per_device_train_batch_size"
-    if on_command_line(batch_size) and not on_command_line("--max_tokens"):
+    if "per_device_train_batch_size" in given and "max_tokens" not in given:
         training_args.max_tokens = None
-    elif on_command_line(batch_size) or (
+    elif "per_device_train_batch_size" in given or (
         "per_device_train_batch_size" in config_values and config_values.get("max_tokens") is not None
-        and not on_command_line("--max_tokens")
+        and "max_tokens" not in given
     ):
         raise ConfigurationError(
             f"{batch_size} and --max_tokens both set the training batch; token-budget batches (--max_tokens) ignore "

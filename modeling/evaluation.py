@@ -25,9 +25,15 @@ from .command_line import check_output_file, same_file, write_lines
 from .data import canonical_split_names, find_text_pairs, load_parallel_corpus
 from .metrics import load_metric
 from .tokenization import read_lines
-from .translation import load_translation_model, translate
+from .translation import load_translation_model, single_line, translate
 
 HYPOTHESES_FILE, RESULTS_FILE = "hypotheses.txt", "results.json"
+
+
+def stored_score(score: float) -> float:
+    """A score as results, logs and cards keep it: to 8 places, which drops float noise (100.00000000000004) and
+    leaves the 2 places shown as sacreBLEU shows them (rounded to 4 places first, 38.37496 would show as 38.38)."""
+    return round(score, 8)
 
 
 def normalize_whitespace(text: str) -> str:
@@ -96,7 +102,8 @@ class TranslationMetrics:
         token_ids = np.asarray(token_ids)
         # Generated rows are padded with the pad id, gathered rows of different lengths with -100.
         token_ids = np.where(token_ids < 0, self.tokenizer.pad_token_id, token_ids)
-        return [text.strip() for text in self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
+        # as translate() gives them to evaluate.py: a generated line break scores as the space it becomes there
+        return [single_line(text) for text in self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         predictions = eval_prediction.predictions
@@ -115,10 +122,10 @@ class TranslationMetrics:
         generated = np.asarray(predictions[:size])
         generated_lengths = (np.where(generated < 0, pad, generated) != pad).sum(-1)
         return {
-            "bleu": round(scores["bleu"], 4),
-            "chrf": round(scores["chrf"], 4),
-            "exact_match": round(exact_match(hypotheses, self.references), 4),
-            "gen_len": round(float(np.mean(generated_lengths)) if size else 0.0, 4),
+            "bleu": stored_score(scores["bleu"]),
+            "chrf": stored_score(scores["chrf"]),
+            "exact_match": stored_score(exact_match(hypotheses, self.references)),
+            "gen_len": stored_score(float(np.mean(generated_lengths)) if size else 0.0),
             "sentences": size,
         }
 
@@ -293,8 +300,8 @@ def evaluate_model(
         "max_new_tokens": max_new_tokens,
         "device": str(loaded.device),
         "seconds": round(seconds, 2),
-        **{name: round(score, 4) for name, score in scores.items()},
-        "exact_match": round(exact_match(hypotheses, test_set.references), 4),
+        **{name: stored_score(score) for name, score in scores.items()},
+        "exact_match": stored_score(exact_match(hypotheses, test_set.references)),
         "signatures": signatures,
         "hypotheses": HYPOTHESES_FILE,
     }

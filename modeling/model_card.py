@@ -74,9 +74,10 @@ def hub_dataset_id(dataset_name: str | None) -> str | None:
     return None if not dataset_name or Path(dataset_name).exists() else dataset_name
 
 
-def corpus_id(data_dir: str | os.PathLike) -> str:
-    """How a card names a local corpus (`--data_dir`), in training and in evaluation: its folder's name."""
-    return Path(data_dir).resolve().name
+def corpus_id(corpus: str | os.PathLike) -> str:
+    """How a card names a corpus (`--data_dir` or `--dataset_name`), in training and in evaluation: a local one by
+    its folder's name, a Hub dataset by its id ("bentrevett/multi30k")."""
+    return Path(corpus).resolve().name if Path(corpus).exists() else str(corpus)
 
 
 def _task_name(source_lang: str | None, target_lang: str | None) -> str:
@@ -162,7 +163,7 @@ def model_card_context(
     synthetic = task is not None
     dataset_id = (
         f"synthetic-{task}" if synthetic
-        else data_args.dataset_name or corpus_id(data_args.data_dir)
+        else corpus_id(data_args.dataset_name or data_args.data_dir)
     )
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     parameters = trainer.model.num_parameters()

@@ -145,8 +145,16 @@ class EpochBatches(RecordedInCheckpoints):
         if not isinstance(recorded, dict) or not recorded:
             return []
         differences = []
-        for key in sorted(set(recorded) | set(self.settings)):
-            ours, theirs = self.settings.get(key), recorded.get(key)
+        if ("max_tokens" in self.settings) != ("max_tokens" in recorded):  # token budgets against fixed sizes
+
+            def rule(settings):
+                if "max_tokens" in settings:
+                    return f"--max_tokens {settings['max_tokens']}"
+                return f"--per_device_train_batch_size {settings.get('per_device_train_batch_size')}"
+
+            differences.append(f"{rule(self.settings)} (the checkpoint's: {rule(recorded)})")
+        for key in sorted(set(recorded) & set(self.settings)):
+            ours, theirs = self.settings[key], recorded[key]
             if ours == theirs:
                 continue
             if key == "training pairs":

@@ -23,8 +23,11 @@ from modeling.evaluation import (
     check_output_dir,
     corpus_scores,
     read_test_set_files,
+    stored_score,
 )
+from modeling.model_card import corpus_id
 from modeling.tokenization import load_tokenizers
+from modeling.translation import single_line
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVALUATE_SCRIPT = REPO_ROOT / "scripts" / "evaluate.py"
@@ -85,6 +88,33 @@ def test_training_metrics_keep_their_keys_and_scores(model_dir):
     assert metrics == {"bleu": 100.0, "chrf": 100.0, "exact_match": 100.0, "gen_len": 6.5, "sentences": 2}
     assert tuple(metrics) == METRIC_NAMES  # what --metric_for_best_model is checked against
     assert set(compute_metrics.signatures) == {"bleu", "chrf"}
+
+
+def test_training_metrics_score_the_hypotheses_evaluate_py_scores(model_dir):
+    """A generated line break becomes a space in translate()'s output, which evaluate.py scores; training's scores
+    took it as sacreBLEU does (13a deletes "-\n"), so the same ids scored otherwise there."""
+    tokenizer = load_tokenizers(model_dir)
+    references = ["a well-known fact here", "1 2 3"]
+    generated = ["a well-\nknown fact here", "1 2\n3"]
+    compute_metrics = build_compute_metrics(tokenizer, references)
+    predictions = tokenizer(generated, padding=True, return_tensors="np")["input_ids"]
+    metrics = compute_metrics(type("EvalPrediction", (), {"predictions": predictions})())
+    assert compute_metrics.last_predictions == [single_line(text) for text in generated]
+    assert metrics["bleu"] == stored_score(corpus_scores([single_line(text) for text in generated], references)[0]["bleu"])
+    assert metrics["bleu"] != stored_score(corpus_scores(generated, references)[0]["bleu"])
+
+
+def test_a_corpus_is_named_by_its_folder_or_its_hub_id(tmp_path):
+    """evaluate.py's metadata names a test set's corpus as training names it: a Hub id stays whole."""
+    (tmp_path / "multi30k").mkdir()
+    assert corpus_id(tmp_path / "multi30k") == corpus_id(str(tmp_path / "multi30k") + "/") == "multi30k"
+    assert corpus_id("bentrevett/multi30k") == "bentrevett/multi30k" and corpus_id("wmt14") == "wmt14"
+
+
+def test_scores_are_kept_so_that_two_places_show_as_sacrebleu_shows_them():
+    for score in (38.37496, 100.00000000000004, 41.525, 0.004999):
+        assert f"{stored_score(score):.2f}" == f"{score:.2f}"
+    assert stored_score(100.00000000000004) == 100.0
 
 
 def test_a_corpus_split_is_translated_scored_and_written_next_to_the_model(

@@ -395,6 +395,21 @@ def test_fixed_size_batches_are_recorded_and_another_batch_size_on_resume_is_war
            "checkpoint's: 8))" in caplog.text
 
 
+def test_a_change_of_batching_rule_is_named_once():
+    from datasets import Dataset
+
+    from modeling.trainer import EpochBatches
+
+    pairs = Dataset.from_dict({"input_ids": [[5, 6, 2], [7, 2]], "labels": [[8, 2], [9, 9, 2]]})
+    common = dict(data_seed=None, seed=0, world_size=1, gradient_accumulation_steps=1, pad_to_multiple_of=None,
+                  per_device_train_batch_size=8, train_sampling_strategy="random", dataloader_drop_last=False)
+    budget = EpochBatches.of(pairs, SimpleNamespace(**common, max_tokens=1024))
+    fixed = EpochBatches.of(pairs, SimpleNamespace(**common, max_tokens=None))
+    assert fixed.differences(budget.state()["args"]) == [
+        "--per_device_train_batch_size 8 (the checkpoint's: --max_tokens 1024)"]
+    assert budget.differences(budget.state()["args"]) == [] and budget.differences({}) == []
+
+
 def test_a_checkpoint_saved_before_the_training_clock_and_launch_history_existed_resumes(earlier_run, tmp_path):
     # the Trainer's save looked up the clock's record in the state it loaded from such a checkpoint: a KeyError at
     # the first save after resuming, and again after every later resume

@@ -218,6 +218,8 @@ def test_model_card_template_fields_must_all_be_given():
     (["--dataset_name", "reverse"], True),
     (["--data_dir", "corpus", "--source_lang", "de", "--target_lang", "en"], False),
     (["--data_dir=corpus"], False),
+    (["--data-dir", "corpus"], False),  # the parser's other spelling
+    (["--dataset-name", "wmt14"], False),
     (["--dataset_name", "wmt14", "--dataset_config", "de-en"], False),
     (["--config", "configs/multi30k_de_en_cpu.yaml", "--data_dir", "corpus"], False),
 ])
@@ -669,8 +671,9 @@ def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
 def test_one_training_batch_rule_a_command_line_batch_size_overrides_the_files_token_budget(tmp_path):
     default = parse_arguments([], default_config=DEFAULT_CONFIG)[2]
     assert default.max_tokens == 1024  # the copy task's file
-    overridden = parse_arguments(["--per_device_train_batch_size", "4"], default_config=DEFAULT_CONFIG)[2]
-    assert (overridden.max_tokens, overridden.per_device_train_batch_size) == (None, 4)
+    for flag in ("--per_device_train_batch_size", "--per-device-train-batch-size"):  # either spelling the parser takes
+        overridden = parse_arguments([flag, "4"], default_config=DEFAULT_CONFIG)[2]
+        assert (overridden.max_tokens, overridden.per_device_train_batch_size) == (None, 4)
     with pytest.raises(ConfigurationError, match=r"--per_device_train_batch_size and --max_tokens both set the "
                                                  r"training batch"):
         parse_arguments(["--per_device_train_batch_size", "4", "--max_tokens", "256"], default_config=DEFAULT_CONFIG)
