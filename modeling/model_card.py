@@ -75,9 +75,11 @@ def hub_dataset_id(dataset_name: str | None) -> str | None:
 
 
 def corpus_id(corpus: str | os.PathLike) -> str:
-    """How a card names a corpus (`--data_dir` or `--dataset_name`), in training and in evaluation: a local one by
-    its folder's name, a Hub dataset by its id ("bentrevett/multi30k")."""
-    return Path(corpus).resolve().name if Path(corpus).exists() else str(corpus)
+    """How a card names a corpus (`--data_dir` or `--dataset_name`), in training and in evaluation: a local one (a
+    folder here, or an absolute path, as evaluate.py records one) by its folder's name, a Hub dataset by its id
+    ("bentrevett/multi30k")."""
+    path = Path(corpus)
+    return path.resolve().name if path.exists() or path.is_absolute() else str(corpus)
 
 
 def _task_name(source_lang: str | None, target_lang: str | None) -> str:

@@ -109,6 +109,7 @@ def test_a_corpus_is_named_by_its_folder_or_its_hub_id(tmp_path):
     """evaluate.py's metadata names a test set's corpus as training names it: a Hub id stays whole."""
     (tmp_path / "multi30k").mkdir()
     assert corpus_id(tmp_path / "multi30k") == corpus_id(str(tmp_path / "multi30k") + "/") == "multi30k"
+    assert corpus_id(tmp_path / "moved" / "multi30k") == "multi30k"  # recorded absolute, since moved
     assert corpus_id("bentrevett/multi30k") == "bentrevett/multi30k" and corpus_id("wmt14") == "wmt14"
 
 
