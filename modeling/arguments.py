@@ -33,7 +33,7 @@ from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
 from .command_line import OneLineErrorParser
 from .configuration_annotated_transformer import INIT_SCHEMES, PRESETS, AnnotatedTransformerConfig
-from .data import SYNTHETIC_TASKS
+from .data import SYNTHETIC_TASKS, is_synthetic_task
 from .evaluation import METRIC_NAMES
 from .schedule import NOAM
 from .tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
@@ -154,7 +154,7 @@ class DataArguments:
     @property
     def synthetic_task(self) -> str | None:
         """The synthetic task trained on (copy without --data_dir or --dataset_name), None for a corpus."""
-        if self.data_dir is None and self.dataset_name in (None, *SYNTHETIC_TASKS):
+        if self.data_dir is None and (self.dataset_name is None or is_synthetic_task(self.dataset_name)):
             return self.dataset_name or "copy"
         return None
 
@@ -481,11 +481,21 @@ def given_values(argv: Sequence[str], *names: str) -> dict:
     """The values the command line gives the flags of these argument names ({name: value}, without the ones it
     leaves out), under any spelling the parser takes (`--data_dir`, `--data-dir`, `--data_dir=...`)."""
     spellings = {action.dest: action.option_strings for action in build_parser()._actions if action.dest in names}
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = _QuietParser(add_help=False, allow_abbrev=False)
     for name in names:
         parser.add_argument(*spellings[name], dest=name, default=None)
-    given, _ = parser.parse_known_args(list(argv))
+    try:
+        given, _ = parser.parse_known_args(list(argv))
+    except ValueError:  # a flag without its value: the full parser says so, with its usage (or shows --help)
+        return {}
     return {name: value for name, value in vars(given).items() if value is not None}
+
+
+class _QuietParser(argparse.ArgumentParser):
+    """A parser that raises its errors (ValueError) instead of printing them and exiting."""
+
+    def error(self, message):
+        raise ValueError(message)
 
 
 def defaults_file(argv: Sequence[str], copy_task_config: str | os.PathLike) -> Path | None:
@@ -494,7 +504,7 @@ def defaults_file(argv: Sequence[str], copy_task_config: str | os.PathLike) -> P
     synthetic task), which takes the flags' own defaults (`--help --data_dir DIR` shows them), not the copy task's
     270-entry vocabulary, 32-token --max_length and tiny preset."""
     given = given_values(argv, "data_dir", "dataset_name")
-    corpus = "data_dir" in given or given.get("dataset_name", SYNTHETIC_TASKS[0]) not in SYNTHETIC_TASKS
+    corpus = "data_dir" in given or ("dataset_name" in given and not is_synthetic_task(given["dataset_name"]))
     return None if corpus else Path(copy_task_config)
 
 

@@ -49,6 +49,12 @@ from .weight_files import sha256
 logger = logging.getLogger(__name__)
 
 SYNTHETIC_TASKS = ("copy", "reverse")
+
+
+def is_synthetic_task(name) -> bool:
+    """Whether a corpus name (`--dataset_name`) names a synthetic task: one of SYNTHETIC_TASKS that is no local
+    folder or file (a folder named `copy` is a corpus)."""
+    return isinstance(name, str) and name in SYNTHETIC_TASKS and not Path(name).exists()
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 _SPLIT_ALIASES = {
     "train": "train",
@@ -141,7 +147,7 @@ def load_parallel_corpus(
         splits: canonical split names to return (e.g. ["train", "validation"]); a missing one is an error.
         load_dataset_kwargs: passed to `datasets.load_dataset` (revision, data_files, ...).
     """
-    if data is None or (isinstance(data, str) and data in SYNTHETIC_TASKS and not Path(data).exists()):
+    if data is None or is_synthetic_task(data):
         corpus = synthetic_task_dataset(data or "copy")
     else:
         path = Path(data)

@@ -71,7 +71,7 @@ def card_data(
 def hub_dataset_id(dataset_name: str | None) -> str | None:
     """`--dataset_name` as the card's Hub `datasets` entry: a Hub id ("wmt14", "bentrevett/multi30k"), or None for
     no name or a local dataset folder or script (which the Hub could not link)."""
-    return None if not dataset_name or Path(dataset_name).exists() else dataset_name
+    return None if not dataset_name or Path(dataset_name).exists() or Path(dataset_name).is_absolute() else dataset_name
 
 
 def corpus_id(corpus: str | os.PathLike) -> str:

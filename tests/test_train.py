@@ -245,6 +245,25 @@ def test_the_copy_tasks_config_gives_the_defaults_of_copy_task_runs_only(monkeyp
         assert training_args.output_dir.endswith("transformer")
 
 
+def test_a_local_folder_named_like_a_synthetic_task_is_a_corpus_and_a_flag_without_value_is_the_parsers(
+    tmp_path, monkeypatch, capsys
+):
+    from modeling.arguments import DataArguments, defaults_file
+
+    monkeypatch.chdir(tmp_path)
+    assert defaults_file(["--dataset_name", "copy"], DEFAULT_CONFIG) == DEFAULT_CONFIG
+    (tmp_path / "copy").mkdir()  # loaded as a corpus: not the copy task, nor its defaults
+    assert defaults_file(["--dataset_name", "copy"], DEFAULT_CONFIG) is None
+    assert DataArguments(dataset_name="copy").synthetic_task is None
+    assert DataArguments(dataset_name="reverse").synthetic_task == "reverse"
+    monkeypatch.setattr(sys, "argv", ["train.py", "--data_dir"])
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")
+    assert exit.value.code == 2
+    # the full parser's one line (a helper parser had printed its own usage first)
+    assert capsys.readouterr().err == "train.py: error: argument --data_dir/--data-dir: expected one argument\n"
+
+
 def folder_digests(folder: Path) -> dict[Path, str]:
     return {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.rglob("*")) if path.is_file()}
 
