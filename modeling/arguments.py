@@ -486,7 +486,7 @@ def given_values(argv: Sequence[str], *names: str) -> dict:
         parser.add_argument(*spellings[name], dest=name, default=None)
     try:
         given, _ = parser.parse_known_args(list(argv))
-    except ValueError:  # a flag without its value: the full parser says so, with its usage (or shows --help)
+    except ValueError:  # a flag without its value: the full parser says so in its one line (or shows --help)
         return {}
     return {name: value for name, value in vars(given).items() if value is not None}
 

@@ -49,12 +49,6 @@ from .weight_files import sha256
 logger = logging.getLogger(__name__)
 
 SYNTHETIC_TASKS = ("copy", "reverse")
-
-
-def is_synthetic_task(name) -> bool:
-    """Whether a corpus name (`--dataset_name`) names a synthetic task: one of SYNTHETIC_TASKS that is no local
-    folder or file (a folder named `copy` is a corpus)."""
-    return isinstance(name, str) and name in SYNTHETIC_TASKS and not Path(name).exists()
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 _SPLIT_ALIASES = {
     "train": "train",
@@ -81,6 +75,12 @@ _DATASETS_METADATA = ("dataset_info", "dataset_infos")  # `datasets`' own json f
 
 # --------------------------------------------------------------------------------------------------------------------
 # Synthetic tasks
+
+
+def is_synthetic_task(name) -> bool:
+    """Whether a corpus name (`--dataset_name`) names a synthetic task: one of SYNTHETIC_TASKS that is no local
+    folder or file (a folder named `copy` is a corpus)."""
+    return isinstance(name, str) and name in SYNTHETIC_TASKS and not Path(name).exists()
 
 
 def synthetic_task_dataset(

@@ -68,18 +68,22 @@ def card_data(
     )
 
 
+def _local(corpus: str | os.PathLike) -> bool:
+    """Whether a corpus name is a local folder or file: one here, or an absolute path (as evaluate.py records one,
+    which may have moved since); anything else is a Hub dataset id."""
+    return Path(corpus).exists() or Path(corpus).is_absolute()
+
+
 def hub_dataset_id(dataset_name: str | None) -> str | None:
     """`--dataset_name` as the card's Hub `datasets` entry: a Hub id ("wmt14", "bentrevett/multi30k"), or None for
     no name or a local dataset folder or script (which the Hub could not link)."""
-    return None if not dataset_name or Path(dataset_name).exists() or Path(dataset_name).is_absolute() else dataset_name
+    return None if not dataset_name or _local(dataset_name) else dataset_name
 
 
 def corpus_id(corpus: str | os.PathLike) -> str:
-    """How a card names a corpus (`--data_dir` or `--dataset_name`), in training and in evaluation: a local one (a
-    folder here, or an absolute path, as evaluate.py records one) by its folder's name, a Hub dataset by its id
-    ("bentrevett/multi30k")."""
-    path = Path(corpus)
-    return path.resolve().name if path.exists() or path.is_absolute() else str(corpus)
+    """How a card names a corpus (`--data_dir` or `--dataset_name`), in training and in evaluation: a local one by
+    its folder's name, a Hub dataset by its id ("bentrevett/multi30k")."""
+    return Path(corpus).resolve().name if _local(corpus) else str(corpus)
 
 
 def _task_name(source_lang: str | None, target_lang: str | None) -> str:
