@@ -206,6 +206,15 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     pad_to_multiple_of: int | None = field(
         default=None, metadata={"help": "Pad batches to a multiple of this length (8 suits tensor cores)."}
     )
+    stop_time_hours: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training once the run has trained this long, in hours (0.25: 15 minutes), its evaluations "
+            "and saves included and counted across resumptions, as fairseq's --stop-time-hours does: checked at each "
+            "logging step and epoch end, where training then ends with a save and an evaluation as at its planned "
+            "end (--max_steps / --num_train_epochs, whichever comes first)."
+        },
+    )
     learning_rate: float = field(
         default=1.0, metadata={"help": "With lr_scheduler=noam the Noam factor (paper: 1.0), otherwise the peak rate."}
     )
@@ -297,6 +306,8 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(
                 f"--num_train_epochs must be > 0 when --max_steps is not set, got {self.num_train_epochs}."
             )
+        if self.stop_time_hours is not None and not (math.isfinite(self.stop_time_hours) and self.stop_time_hours > 0):
+            raise ValueError(f"--stop_time_hours must be a finite number of hours > 0, got {self.stop_time_hours}.")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"--max_tokens must be a positive number of tokens, got {self.max_tokens}.")
         minimums = {"pad_to_multiple_of": 1, "generation_num_beams": 1, "per_device_eval_batch_size": 1,

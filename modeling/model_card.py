@@ -227,7 +227,12 @@ def model_card_context(
         ("hardware", f"{device_name(trainer.args.device)}: {trainer.run_description}"),
     ]
     if training_seconds is not None:
-        hyperparameters.append(("training time", f"{training_seconds / 60:,.1f} min ({training_seconds:,.0f} s)"))
+        time_limit = ""
+        if (hours := training_args.stop_time_hours) and state.max_steps and state.global_step < state.max_steps:
+            time_limit = f"; stopped there by --stop_time_hours {hours:g}, of {state.max_steps} planned steps"
+        hyperparameters.append(
+            ("training time", f"{training_seconds / 60:,.1f} min ({training_seconds:,.0f} s){time_limit}")
+        )
     if synthetic:
         data_description = (
             f"The embedded synthetic {task} task of The Annotated Transformer: sequences of space-separated symbols, "

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import IntervalStrategy, SaveStrategy, seed_worker
 
 from .arguments import TransformerTrainingArguments
 from .batching import TokenBudgetBatchSampler, token_lengths
@@ -95,8 +95,50 @@ class TrainingClock(RecordedInCheckpoints):
     def on_train_begin(self, args, state, control, **kwargs):
         self._started = time.time()
 
+    def seconds(self) -> float:
+        """The run's training time so far, this launch's included."""
+        return self.seconds_before + time.time() - self._started
+
     def state(self) -> dict:
-        return {"args": {"seconds_before": self.seconds_before + time.time() - self._started}, "attributes": {}}
+        return {"args": {"seconds_before": self.seconds()}, "attributes": {}}
+
+
+def first_process_flag(flag: bool) -> bool:
+    """The first process's `flag` on every process (each process reads its own clock: were they to stop at different
+    steps, the others would wait for it in their next collective, for ever)."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" else "cpu"
+    decision = torch.tensor([int(flag)], device=device)
+    torch.distributed.broadcast(decision, src=0)
+    return bool(decision.item())
+
+
+class StopTime(TrainerCallback):
+    """--stop_time_hours: training ends once the run's training time (`TrainingClock`, across resumptions) reaches
+    the limit. Checked at each logging step, where the Trainer reads the loss back anyway (on a GPU, a check at
+    every step would wait for each step to finish), and at each epoch end. Training then ends as at its planned
+    end: saving by steps, the step is saved and, evaluating by steps, evaluated; at epoch ends, the Trainer's own
+    end of the epoch saves and evaluates the part trained."""
+
+    def __init__(self, clock: TrainingClock, hours: float):
+        self.clock, self.seconds = clock, hours * 3600
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % max(1, state.logging_steps) == 0:
+            self._stop_if_due(args, state, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._stop_if_due(args, state, control)
+
+    def _stop_if_due(self, args, state, control) -> None:
+        if control.should_training_stop or not first_process_flag(self.clock.seconds() >= self.seconds):
+            return
+        control.should_training_stop = True
+        if args.save_strategy == SaveStrategy.STEPS:
+            control.should_save = True
+        if args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step:
+            control.should_evaluate = True
 
 
 class CheckpointSchedule(RecordedInCheckpoints):
@@ -326,6 +368,7 @@ __all__ = [
     "EpochBatches",
     "LaunchHistory",
     "NonFiniteLossError",
+    "StopTime",
     "TrainingClock",
     "TransformerSeq2SeqTrainer",
     "token_budget_sampler",

@@ -42,6 +42,7 @@ from .checkpoints import (
     CHECKPOINT_PATTERN,
     TRAINER_STATE_NAME,
     TRAINING_STATE_FILES,
+    callback_record,
     checkpoint_problem,
     checkpoint_step,
     holds_model,
@@ -60,6 +61,7 @@ from .trainer import (
     CheckpointSchedule,
     EpochBatches,
     LaunchHistory,
+    StopTime,
     TrainingClock,
     TransformerSeq2SeqTrainer,
     token_budget_sampler,
@@ -191,9 +193,12 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
 
 
 def end_reached(state: dict, training_args) -> str | None:
-    """How a trainer state already reached the end this run asks for (--max_steps, else --num_train_epochs), or
-    None."""
+    """How a trainer state already reached the end this run asks for (--max_steps, else --num_train_epochs, or
+    --stop_time_hours by the training time it records), or None."""
     step, epoch = state.get("global_step", 0), state.get("epoch") or 0
+    seconds = callback_record(state, TrainingClock.__name__).get("seconds_before")
+    if (hours := training_args.stop_time_hours) and isinstance(seconds, (int, float)) and seconds >= hours * 3600:
+        return f"{seconds / 3600:.4g} hours of training, and --stop_time_hours is {hours:g}"
     if training_args.max_steps > 0:
         return f"step {step}, and --max_steps is {training_args.max_steps}" if step >= training_args.max_steps else None
     if epoch >= training_args.num_train_epochs:
@@ -226,7 +231,7 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
         return True
     raise ConfigurationError(
         f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
-        "it is); raise --max_steps or --num_train_epochs to train it further"
+        "it is); raise --max_steps, --num_train_epochs or --stop_time_hours to train it further"
     )
 
 
@@ -651,6 +656,7 @@ def setup_training(
         if resuming and not finishing and training_args.process_index == 0:
             warn_of_other_batches(checkpoint, batches)
         model = build_model(model_args, data_args, tokenizer, training_args)
+        clock = TrainingClock.from_checkpoint(checkpoint)
         collator = DataCollatorForSeq2Seq(
             tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
         )
@@ -662,8 +668,8 @@ def setup_training(
             data_collator=collator,
             processing_class=tokenizer,
             callbacks=[
-                TrainingClock.from_checkpoint(checkpoint), CheckpointSchedule(training_args.save_strategy.value),
-                batches,
+                clock, CheckpointSchedule(training_args.save_strategy.value), batches,
+                *([StopTime(clock, training_args.stop_time_hours)] if training_args.stop_time_hours else []),
             ],
             compute_metrics=(
                 build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# The GPU parts of the open issues on a lent GPU machine (the workplace's `device` tool), whose calls last at most
-# 10 minutes and whose machine is given back 30 s after a call: the steps run one after another in a background
-# process on the machine, and each call waits for them, then copies what finished into $OUT.
+# The GPU parts of the open issues on a lent GPU machine (the workplace's `device` tool). A task that draws one gets 15
+# minutes of it in all (its start included), calls of at most 10 minutes, and the machine goes back 30 s after a
+# call: the steps run one after another in a background process on the machine, within a lease deadline, and each
+# call waits for them, then copies what finished into $OUT.
 #
-# Here, once: bash benchmarks/device/stage.sh. Then device calls with carry ["device_carry"]:
-#   bash benchmarks/device/session.sh start STEP...   install the carried wheels, check the imports, start the steps
-#   bash benchmarks/device/session.sh wait            wait again; call it as soon as the previous call returns
-# Each call waits up to WAIT_S seconds (default 540), copies each finished step's files into $OUT (<step>.log, the
-# end of its log; <step>.json, its figures) and prints every step's state. Steps:
+# Here, once: bash benchmarks/device/stage.sh. Then two device calls with carry ["device_carry"]:
+#   1. bash benchmarks/device/session.sh start STEP...   (timeout_s 600) install the carried wheels, check the
+#      imports, start the steps with a deadline LEASE_S seconds from now (default 660), wait up to 540 s
+#   2. bash benchmarks/device/session.sh wait            (timeout_s 300) right after: waits for the rest, until the
+#      deadline at most
+# Name the steps in the order they matter: a step that cannot fit in the time left before the deadline is skipped
+# (a recipe needs 6 minutes, checks 4, the benchmark 3), and each one is cut to the deadline: a recipe trains for
+# the time left less RECIPE_TAIL_S (default 240: data, tokenizer, averaging, three beam-4 scorings) and at most its
+# config's stop_time_hours (train.py's --stop_time_hours); the benchmark is interrupted (it keeps what it measured).
+# Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures)
+# and prints every step's state. Steps:
 #   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
 #                      FSDP configs), then one epoch of configs/multi30k_de_en.yaml with configs/accelerate_fsdp.yaml
 #                      on one process, scored greedy on validation
-#   benchmark          scripts/benchmark.py --device cuda $BENCHMARK_ARGS (default: --sizes base --only train generate)
+#   benchmark          scripts/benchmark.py --device cuda $BENCHMARK_ARGS (default: --sizes base --only train generate
+#                      --fresh_runs 1)
 #   recipe:NAME[:ARGS] configs/NAME.yaml trained on Multi30k (ARGS: extra train.py flags, comma-separated, e.g.
 #                      recipe:multi30k_de_en:--norm_first=true); then the last 5 checkpoints averaged, the average and
 #                      the best checkpoint scored with beam 4 on validation, and the better of the two once on test
@@ -27,11 +35,12 @@ export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASET
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
 
 step_checks() {
-    python3 -m pytest -m gpu -q -rs -p no:cacheprovider
+    timeout $(( $(seconds_left) - 120 )) python3 -m pytest -m gpu -q -rs -p no:cacheprovider
     local tests=$?
     local run=$work/fsdp-epoch
     rm -rf "$run"
-    accelerate launch --config_file configs/accelerate_fsdp.yaml --num_processes 1 scripts/train.py \
+    timeout $(( $(seconds_left) - 30 )) accelerate launch --config_file configs/accelerate_fsdp.yaml \
+        --num_processes 1 scripts/train.py \
         --config configs/multi30k_de_en.yaml --data_dir "$data" --num_train_epochs 1 --eval_strategy no \
         --save_strategy no --report_to none --output_dir "$run"
     local fsdp=$?
@@ -50,9 +59,10 @@ PY
     [ "$tests" = 0 ] && [ "$fsdp" = 0 ] && [ "$scored" = 0 ]
 }
 
-step_benchmark() {
+step_benchmark() {  # interrupted 15 s before the deadline: it writes what it measured so far
     # shellcheck disable=SC2086
-    python3 scripts/benchmark.py --device cuda ${BENCHMARK_ARGS:---sizes base --only train generate} --output "$1"
+    timeout -s INT -k 30 $(( $(seconds_left) - 15 )) python3 scripts/benchmark.py --device cuda \
+        ${BENCHMARK_ARGS:---sizes base --only train generate --fresh_runs 1} --output "$1"
 }
 
 step_recipe() {  # recipe:NAME[:ARGS]
@@ -63,40 +73,63 @@ step_recipe() {  # recipe:NAME[:ARGS]
     read -r source target < <(python3 -c "import yaml, sys; c = yaml.safe_load(open(sys.argv[1])); \
 print(c['source_lang'], c['target_lang'])" "configs/$name.yaml") || return 1
     rm -rf "$run" "$run-avg5"
+    local hours
+    hours=$(python3 -c "import sys, yaml; limit = yaml.safe_load(open(sys.argv[1])).get('stop_time_hours'); \
+left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or left):.4f}')" \
+        "configs/$name.yaml" "$(seconds_left)" "${RECIPE_TAIL_S:-240}") || return 1
+    echo "training for at most $hours hours (the lease's deadline, or the config's stop_time_hours)"
     # shellcheck disable=SC2086
     accelerate launch --num_processes 1 scripts/train.py --config "configs/$name.yaml" --data_dir "$data" \
-        --report_to none --output_dir "$run" $extra || return 1
-    python3 scripts/average_checkpoints.py "$run" --last 5 --output_dir "$run-avg5" || return 1
+        --report_to none --output_dir "$run" --stop_time_hours "$hours" $extra || return 1
+    # the last 5 saves (fewer where the deadline cut training short; none to average below 2)
+    local saves; saves=$(find "$run" -maxdepth 1 -name 'checkpoint-*' -type d | wc -l)
+    [ "$saves" -gt 5 ] && saves=5
     local scores=(--data_dir "$data" --source_lang "$source" --target_lang "$target" --num_beams 4 --batch_size 128
                   --quiet)
-    python3 scripts/evaluate.py "$run" --split validation "${scores[@]}" --output_dir "$run/eval-validation" &&
-    python3 scripts/evaluate.py "$run-avg5" --split validation "${scores[@]}" --output_dir "$run-avg5/eval-validation" ||
+    python3 scripts/evaluate.py "$run" --split validation "${scores[@]}" --output_dir "$run/eval-validation" ||
         return 1
+    if [ "$saves" -ge 2 ]; then
+        python3 scripts/average_checkpoints.py "$run" --last "$saves" --output_dir "$run-avg5" &&
+        python3 scripts/evaluate.py "$run-avg5" --split validation "${scores[@]}" \
+            --output_dir "$run-avg5/eval-validation" || return 1
+    fi
     local chosen
     chosen=$(python3 - "$run" <<'PY'
-import json, sys
+import json, os, sys
 run = sys.argv[1]
-bleu = {path: json.load(open(f"{path}/eval-validation/results.json"))["bleu"] for path in (run, run + "-avg5")}
+bleu = {path: json.load(open(f"{path}/eval-validation/results.json"))["bleu"] for path in (run, run + "-avg5")
+        if os.path.exists(f"{path}/eval-validation/results.json")}
 print(max(bleu, key=bleu.get))  # chosen on validation; test is scored once, for this one
 PY
     ) || return 1
     python3 scripts/evaluate.py "$chosen" --split test_2016_flickr "${scores[@]}" --output_dir "$chosen/eval-test" ||
         return 1
-    python3 - "$run" "$chosen" "$2" > "$1" <<'PY'
-import json, sys, torch
-run, chosen, step = sys.argv[1:]
+    python3 - "$run" "$chosen" "$2" "$saves" > "$1" <<'PY'
+import json, os, sys, torch
+run, chosen, step, saves = sys.argv[1:]
 def read(path):
-    return json.load(open(path))
+    return json.load(open(path)) if os.path.exists(path) else None
 print(json.dumps({
     "step": step, "torch": torch.__version__,
     "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-    "train": read(f"{run}/train_results.json"), "chosen": "averaged last 5" if chosen != run else "best checkpoint",
+    "train": read(f"{run}/train_results.json"),
+    "chosen": f"averaged last {saves}" if chosen != run else "best checkpoint",
     "validation_best_checkpoint": read(f"{run}/eval-validation/results.json"),
     "validation_averaged_last_5": read(f"{run}-avg5/eval-validation/results.json"),
     "test_chosen": read(f"{chosen}/eval-test/results.json"),
     "trainer_log": read(f"{run}/trainer_state.json")["log_history"],
 }, indent=1))
 PY
+}
+
+seconds_left() { echo $(( $(cat "$work/deadline") - $(date +%s) )); }
+
+needs() {  # the seconds a step needs to be worth starting
+    case $1 in
+        recipe:*) echo 360 ;;
+        checks) echo 240 ;;
+        *) echo 180 ;;
+    esac
 }
 
 run_step() {  # STEP JSON_PATH
@@ -111,6 +144,10 @@ run_step() {  # STEP JSON_PATH
 drive() {  # the background process: every queued step, in order
     while read -r step; do
         local tag; tag=$(tag_of "$step")
+        if [ "$(seconds_left)" -lt "$(needs "$step")" ]; then
+            echo "$(seconds_left) s left before the deadline, $(needs "$step") s needed" > "$work/steps/$tag.skipped"
+            continue
+        fi
         date +%s > "$work/steps/$tag.start"
         run_step "$step" "$work/steps/$tag.json" > "$work/steps/$tag.full.log" 2>&1
         echo $? > "$work/steps/$tag.rc"
@@ -123,7 +160,9 @@ collect_and_report() {
     while read -r step; do
         local tag state
         tag=$(tag_of "$step")
-        if [ -f "$work/steps/$tag.rc" ]; then
+        if [ -f "$work/steps/$tag.skipped" ]; then
+            state="skipped: $(cat "$work/steps/$tag.skipped")"
+        elif [ -f "$work/steps/$tag.rc" ]; then
             state="done, exit $(cat "$work/steps/$tag.rc"), $(( $(cat "$work/steps/$tag.end") - $(cat "$work/steps/$tag.start") )) s"
             if [ ! -f "$work/steps/$tag.collected" ]; then
                 tail -n 300 "$work/steps/$tag.full.log" > "$out/$tag.log"
@@ -143,6 +182,7 @@ collect_and_report() {
 wait_for_steps() {
     [ -f "$work/queue" ] || { echo "session.sh: nothing started on this machine (a fresh one?); use 'start'" >&2; exit 2; }
     local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
+    [ "$deadline" -gt $(( $(cat "$work/deadline") + 30 )) ] && deadline=$(( $(cat "$work/deadline") + 30 ))
     while kill -0 "$(cat "$work/driver.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     collect_and_report
     if kill -0 "$(cat "$work/driver.pid")" 2>/dev/null; then
@@ -170,6 +210,7 @@ accelerate.__version__, '| datasets', datasets.__version__, '| evaluate', evalua
 pyarrow.__version__)" || exit 1
         [ -d "$data" ] || { echo "session.sh: no $data; run benchmarks/device/stage.sh here first" >&2; exit 1; }
         rm -rf "${work:?}/steps" && mkdir -p "$work/steps"
+        echo $(( $(date +%s) + ${LEASE_S:-660} )) > "$work/deadline"
         printf '%s\n' "$@" > "$work/queue"
         setsid nohup bash "$0" _drive > "$work/driver.log" 2>&1 < /dev/null &
         echo $! > "$work/driver.pid"

@@ -1,0 +1,91 @@
+"""--stop_time_hours: training ends once the run has trained that long (fairseq's --stop-time-hours), with a save and
+an evaluation as at its planned end; the run is then finished for resuming unless the limit is raised; every process
+stops at the first process's decision."""
+
+import json
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from test_train import log_by_step, run_in_process
+
+from modeling.arguments import ConfigurationError
+from modeling.trainer import first_process_flag
+
+TINY = ["--max_train_samples", "64", "--max_tokens", "128", "--max_eval_samples", "4", "--max_test_samples", "4",
+        "--max_steps", "6"]
+NO_TIME = "1e-9"  # hours: past at the first check
+
+
+def state_of(folder):
+    return json.loads((folder / "trainer_state.json").read_text())
+
+
+def test_a_run_stops_at_the_first_logging_step_past_the_limit_saved_and_evaluated(tmp_path):
+    out = tmp_path / "run"
+    run_in_process(out, *TINY, "--stop_time_hours", NO_TIME, "--logging_steps", "2", "--eval_steps", "100",
+                   "--save_steps", "100")
+    state = state_of(out)
+    assert state["global_step"] == 2  # not step 1: the limit is looked at on logging steps
+    assert (out / "checkpoint-2").is_dir() and state["best_model_checkpoint"].endswith("checkpoint-2")
+    assert 2 in log_by_step(out, "eval_bleu")
+    card = (out / "README.md").read_text()
+    assert f"stopped there by --stop_time_hours {float(NO_TIME):g}, of 6 planned steps" in card
+
+
+def test_saving_at_epoch_ends_the_part_of_the_epoch_trained_is_saved_and_evaluated(tmp_path):
+    out = tmp_path / "run"
+    run_in_process(out, *TINY, "--stop_time_hours", NO_TIME, "--logging_steps", "3", "--eval_strategy", "epoch",
+                   "--save_strategy", "epoch")
+    state = state_of(out)
+    assert state["global_step"] == 3 and state["epoch"] < 1
+    assert (out / "checkpoint-3").is_dir()
+    assert 3 in log_by_step(out, "eval_bleu")
+
+
+def test_without_a_limit_or_under_it_the_run_goes_to_its_planned_end(tmp_path):
+    out = tmp_path / "run"
+    run_in_process(out, *TINY, "--stop_time_hours", "1", "--eval_strategy", "no", "--save_steps", "3")
+    assert state_of(out)["global_step"] == 6
+    assert "--stop_time_hours 1," not in (out / "README.md").read_text()
+
+
+def test_a_run_stopped_by_the_limit_is_finished_until_the_limit_is_raised(tmp_path):
+    out = tmp_path / "run"
+    common = [*TINY, "--eval_strategy", "no", "--save_steps", "100", "--logging_steps", "2"]
+    run_in_process(out, *common, "--stop_time_hours", NO_TIME)
+    assert state_of(out)["global_step"] == 2
+    with pytest.raises(ConfigurationError, match=r"checkpoint-2 is at [\d.e-]+ hours of training, and "
+                                                 r"--stop_time_hours is 1e-09: that run is finished .* raise --max_steps, "
+                                                 r"--num_train_epochs or --stop_time_hours"):
+        run_in_process(out, *common, "--stop_time_hours", NO_TIME, "--resume_from_checkpoint", "last")
+    run_in_process(out, *common, "--stop_time_hours", "1", "--resume_from_checkpoint", "last")
+    assert state_of(out)["global_step"] == 6
+    assert sorted(log_by_step(out, "loss")) == [2, 4, 6]  # one run: the stopped launch's log, then the resumed one's
+
+
+@pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])
+def test_a_limit_that_is_not_a_positive_number_of_hours_is_refused(tmp_path, hours):
+    with pytest.raises(ConfigurationError, match=rf"^--stop_time_hours must be a finite number of hours > 0, got"):
+        run_in_process(tmp_path / "out", "--stop_time_hours", hours)
+    assert not (tmp_path / "out").exists()
+
+
+def _flag_of_each_process(rank: int, port: int, results) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # each process's clock says otherwise: the first process's word holds for both
+        results[rank] = (first_process_flag(rank == 0), first_process_flag(rank == 1))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_every_process_takes_the_first_processs_decision():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = mp.get_context("spawn").Manager().dict()
+    mp.spawn(_flag_of_each_process, args=(port, results), nprocs=2)
+    assert dict(results) == {0: (True, False), 1: (True, False)}
+    assert first_process_flag(True) is True and first_process_flag(False) is False  # one process: its own
