@@ -35,11 +35,11 @@ export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASET
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
 
 step_checks() {
-    timeout $(( $(seconds_left) - 120 )) python3 -m pytest -m gpu -q -rs -p no:cacheprovider
+    timeout "$(until_deadline 120)" python3 -m pytest -m gpu -q -rs -p no:cacheprovider
     local tests=$?
     local run=$work/fsdp-epoch
     rm -rf "$run"
-    timeout $(( $(seconds_left) - 30 )) accelerate launch --config_file configs/accelerate_fsdp.yaml \
+    timeout "$(until_deadline 30)" accelerate launch --config_file configs/accelerate_fsdp.yaml \
         --num_processes 1 scripts/train.py \
         --config configs/multi30k_de_en.yaml --data_dir "$data" --num_train_epochs 1 --eval_strategy no \
         --save_strategy no --report_to none --output_dir "$run"
@@ -61,7 +61,7 @@ PY
 
 step_benchmark() {  # interrupted 15 s before the deadline: it writes what it measured so far
     # shellcheck disable=SC2086
-    timeout -s INT -k 30 $(( $(seconds_left) - 15 )) python3 scripts/benchmark.py --device cuda \
+    timeout -s INT -k 30 "$(until_deadline 15)" python3 scripts/benchmark.py --device cuda \
         ${BENCHMARK_ARGS:---sizes base --only train generate --fresh_runs 1} --output "$1"
 }
 
@@ -123,6 +123,12 @@ PY
 }
 
 seconds_left() { echo $(( $(cat "$work/deadline") - $(date +%s) )); }
+
+# The seconds a command may run to end $1 s before the deadline: at least 1 (timeout 0 would mean no limit).
+until_deadline() {
+    local left=$(( $(seconds_left) - $1 ))
+    echo $(( left > 0 ? left : 1 ))
+}
 
 needs() {  # the seconds a step needs to be worth starting
     case $1 in
