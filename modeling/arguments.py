@@ -210,9 +210,9 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         default=None,
         metadata={
             "help": "Stop training once the run has trained this long, in hours (0.25: 15 minutes), its evaluations "
-            "and saves included and counted across resumptions, as fairseq's --stop-time-hours does: checked at each "
-            "logging step and epoch end, where training then ends with a save and an evaluation as at its planned "
-            "end (--max_steps / --num_train_epochs, whichever comes first)."
+            "and saves included and counted across resumptions, as fairseq's --stop-time-hours does: checked every "
+            "--logging_steps steps and at each epoch end, where training then ends as at its planned end "
+            "(--max_steps, or --num_train_epochs), with a save and an evaluation."
         },
     )
     learning_rate: float = field(

@@ -80,9 +80,11 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
             f"{[path.name for path in checkpoints]}"
         )
     chosen = checkpoints[-n:]
-    steps = [checkpoint_step(path) for path in chosen]
-    gaps = [later - earlier for earlier, later in zip(steps, steps[1:])]
-    apart = len(gaps) >= 2 and gaps[0] > 1.5 * max(gaps[1:]) or (n >= 2 and saved_between(*chosen[:2]))
+    apart = saved_between(*chosen[:2]) if n >= 2 else False
+    if apart is None:  # saved before the schedule was recorded: a gap well beyond the later saves' tells
+        steps = [checkpoint_step(path) for path in chosen]
+        gaps = [later - earlier for earlier, later in zip(steps, steps[1:])]
+        apart = len(gaps) >= 2 and gaps[0] > 1.5 * max(gaps[1:])
     if apart and chosen[0].name == kept_best_checkpoint(chosen[-1]):
         raise ValueError(
             f"{chosen[0].name} is not one of the last {n} saves of {directory}: it is the best checkpoint, which the "
@@ -118,22 +120,25 @@ def callback_record(state: dict, name: str) -> dict:
     return args if isinstance(args, dict) else {}
 
 
-def saved_between(earlier: Path, later: Path) -> bool:
+def saved_between(earlier: Path, later: Path) -> bool | None:
     """Whether the run saved a checkpoint between the checkpoints `earlier` and `later`, as the save strategy that
-    `later` records shows (`CheckpointSchedule`; none in checkpoints saved before it: False). Saving by steps saves
-    at each multiple of `save_steps`; at epoch ends, at each whole epoch. A last save at the end of training falls
-    off either cadence, and an earlier launch may have saved off it too, so only a save strictly between counts."""
+    `later` records shows (`CheckpointSchedule`), or None where it cannot tell (checkpoints saved before that record,
+    a strategy without a cadence). Saving by steps saves at each multiple of `save_steps`; at epoch ends, at each
+    whole epoch. A last save at the end of training (or where --stop_time_hours stopped it) falls off either cadence,
+    and an earlier launch may have saved off it too, so only a save strictly between counts."""
     states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
     strategy = callback_record(states[1], "CheckpointSchedule").get("save_strategy")
     if strategy == "steps":
         save_steps = states[1].get("save_steps")
         if not isinstance(save_steps, (int, float)) or save_steps < 1:
-            return False
+            return None
         return (checkpoint_step(earlier) // save_steps + 1) * save_steps < checkpoint_step(later)
     if strategy == "epoch":
         epochs = [state.get("epoch") for state in states]
-        return all(isinstance(epoch, (int, float)) for epoch in epochs) and math.floor(epochs[0]) + 1 < epochs[1]
-    return False
+        if not all(isinstance(epoch, (int, float)) for epoch in epochs):
+            return None
+        return math.floor(epochs[0]) + 1 < epochs[1]
+    return None
 
 
 def checkpoint_step(checkpoint: Path) -> int:

@@ -228,7 +228,8 @@ def model_card_context(
     ]
     if training_seconds is not None:
         time_limit = ""
-        if (hours := training_args.stop_time_hours) and state.max_steps and state.global_step < state.max_steps:
+        hours = training_args.stop_time_hours
+        if hours and training_seconds >= hours * 3600 and state.max_steps and state.global_step < state.max_steps:
             time_limit = f"; stopped there by --stop_time_hours {hours:g}, of {state.max_steps} planned steps"
         hyperparameters.append(
             ("training time", f"{training_seconds / 60:,.1f} min ({training_seconds:,.0f} s){time_limit}")

@@ -95,6 +95,11 @@ class TrainingClock(RecordedInCheckpoints):
     def on_train_begin(self, args, state, control, **kwargs):
         self._started = time.time()
 
+    def on_train_end(self, args, state, control, **kwargs):
+        # The run's own trainer_state.json, saved after training, records the whole time trained, not its newest
+        # checkpoint's (saving only the best, a run --stop_time_hours stopped may have saved none at its end).
+        state.stateful_callbacks[type(self).__name__] = self.state()
+
     def seconds(self) -> float:
         """The run's training time so far, this launch's included."""
         return self.seconds_before + time.time() - self._started
@@ -116,28 +121,30 @@ def first_process_flag(flag: bool) -> bool:
 
 class StopTime(TrainerCallback):
     """--stop_time_hours: training ends once the run's training time (`TrainingClock`, across resumptions) reaches
-    the limit. Checked at each logging step, where the Trainer reads the loss back anyway (on a GPU, a check at
-    every step would wait for each step to finish), and at each epoch end. Training then ends as at its planned
-    end: saving by steps, the step is saved and, evaluating by steps, evaluated; at epoch ends, the Trainer's own
-    end of the epoch saves and evaluates the part trained."""
+    the limit. Checked every `logging_steps` steps, where the Trainer reads the loss back anyway when it logs by
+    steps (on a GPU, a check at every step would wait for each step to finish), and at each epoch end. Training then
+    ends as at its planned end: saving by steps, the step is saved and, evaluating by steps, evaluated (unless its
+    interval did so already); at epoch ends, the Trainer's own end of the epoch saves and evaluates the part trained."""
 
     def __init__(self, clock: TrainingClock, hours: float):
         self.clock, self.seconds = clock, hours * 3600
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % max(1, state.logging_steps) == 0:
-            self._stop_if_due(args, state, control)
+            self._stop_if_due(args, state, control, step_done=False)
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        self._stop_if_due(args, state, control)
+        self._stop_if_due(args, state, control, step_done=True)
 
-    def _stop_if_due(self, args, state, control) -> None:
+    def _stop_if_due(self, args, state, control, step_done: bool) -> None:
+        """`step_done`: the step was already saved and evaluated where its interval said so (at an epoch end)."""
         if control.should_training_stop or not first_process_flag(self.clock.seconds() >= self.seconds):
             return
         control.should_training_stop = True
-        if args.save_strategy == SaveStrategy.STEPS:
+        if args.save_strategy == SaveStrategy.STEPS and not (step_done and state.global_step % state.save_steps == 0):
             control.should_save = True
-        if args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step:
+        if (args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step
+                and not (step_done and state.global_step % state.eval_steps == 0)):
             control.should_evaluate = True
 
 

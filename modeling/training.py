@@ -192,18 +192,25 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
         )
 
 
-def end_reached(state: dict, training_args) -> str | None:
-    """How a trainer state already reached the end this run asks for (--max_steps, else --num_train_epochs, or
-    --stop_time_hours by the training time it records), or None."""
+def end_reached(state: dict, training_args) -> tuple[str, str] | None:
+    """(how, the flags to raise) where a trainer state already reached an end this run asks for: --max_steps, else
+    --num_train_epochs, and --stop_time_hours by the training time it records; each end reached is named. None
+    where it reached none."""
     step, epoch = state.get("global_step", 0), state.get("epoch") or 0
+    ends = []
+    if training_args.max_steps > 0:
+        if step >= training_args.max_steps:
+            ends.append((f"step {step}, and --max_steps is {training_args.max_steps}", "--max_steps"))
+    elif epoch >= training_args.num_train_epochs:
+        ends.append((f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}",
+                     "--num_train_epochs"))
     seconds = callback_record(state, TrainingClock.__name__).get("seconds_before")
     if (hours := training_args.stop_time_hours) and isinstance(seconds, (int, float)) and seconds >= hours * 3600:
-        return f"{seconds / 3600:.4g} hours of training, and --stop_time_hours is {hours:g}"
-    if training_args.max_steps > 0:
-        return f"step {step}, and --max_steps is {training_args.max_steps}" if step >= training_args.max_steps else None
-    if epoch >= training_args.num_train_epochs:
-        return f"epoch {epoch:g}, and --num_train_epochs is {training_args.num_train_epochs:g}"
-    return None
+        ends.append((f"{seconds / 3600:.4g} hours of training, and --stop_time_hours is {hours:g}",
+                     "--stop_time_hours"))
+    if not ends:
+        return None
+    return " and ".join(how for how, _ in ends), " and ".join(flag for _, flag in ends)
 
 
 def refuse_finished_run(checkpoint: str, training_args) -> bool:
@@ -222,16 +229,17 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
             if finish is not None:
                 raise ConfigurationError(
                     f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: the run in {run_dir} is "
-                    f"finished, at {finish}, after its newest checkpoint left ({Path(checkpoint).name}), whose steps "
-                    "after it would be trained again and its final model replaced; to train again from that "
+                    f"finished, at {finish[0]}, after its newest checkpoint left ({Path(checkpoint).name}), whose "
+                    "steps after it would be trained again and its final model replaced; to train again from that "
                     "checkpoint, name it"
                 )
         return False
     if not finished_at(run_dir, checkpoint):
         return True
+    at, flags = reached
     raise ConfigurationError(
-        f"--resume_from_checkpoint: {checkpoint} is at {reached}: that run is finished (its final model stays as "
-        "it is); raise --max_steps, --num_train_epochs or --stop_time_hours to train it further"
+        f"--resume_from_checkpoint: {checkpoint} is at {at}: that run is finished (its final model stays as it is); "
+        f"raise {flags} to train it further"
     )
 
 

@@ -108,6 +108,31 @@ def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_recorded_save
         assert [path.name for path in last_checkpoints(tmp_path, 2)] == [f"checkpoint-{step}" for step in saves]
 
 
+@pytest.mark.parametrize("strategy, saves, refused", [
+    ("epoch", (100, 200, 230), False),  # the last save partway through epoch 3 (--stop_time_hours, --max_steps)
+    ("epoch", (107, 214, 257, 321), False),  # and resumed from there with a raised limit: gaps 107, 43, 64
+    ("epoch", (100, 300, 330), True),  # epoch 2's save is gone: 100 is only the kept best
+    ("steps", (100, 200, 230), False),
+    ("steps", (100, 300, 330), True),
+])
+def test_a_recorded_save_strategy_decides_over_the_gaps_of_the_last_n_saves(tmp_path, strategy, saves, refused):
+    """The gap rule (a first gap well beyond the later ones) is for checkpoints without a recorded save strategy: with
+    one, a short last gap (a save at the end of training, off the cadence) does not make the saves before it look
+    apart."""
+    steps_per_epoch = 100 if saves[0] == 100 else 107
+    for step in saves:
+        state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{saves[0]}"), "save_steps": 100,
+                 "epoch": step / steps_per_epoch,
+                 "stateful_callbacks": {"CheckpointSchedule": {"args": {"save_strategy": strategy}, "attributes": {}}}}
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    if refused:
+        with pytest.raises(ValueError, match=rf"checkpoint-{saves[0]} is not one of the last {len(saves)} saves"):
+            last_checkpoints(tmp_path, len(saves))
+    else:
+        assert [path.name for path in last_checkpoints(tmp_path, len(saves))] == [f"checkpoint-{s}" for s in saves]
+
+
 def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_dir, tmp_path):
     run, models = run_dir
     output = average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "averaged")

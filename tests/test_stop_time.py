@@ -57,12 +57,54 @@ def test_a_run_stopped_by_the_limit_is_finished_until_the_limit_is_raised(tmp_pa
     run_in_process(out, *common, "--stop_time_hours", NO_TIME)
     assert state_of(out)["global_step"] == 2
     with pytest.raises(ConfigurationError, match=r"checkpoint-2 is at [\d.e-]+ hours of training, and "
-                                                 r"--stop_time_hours is 1e-09: that run is finished .* raise --max_steps, "
-                                                 r"--num_train_epochs or --stop_time_hours"):
+                                                 r"--stop_time_hours is 1e-09: that run is finished .*; raise "
+                                                 r"--stop_time_hours to train it further"):
         run_in_process(out, *common, "--stop_time_hours", NO_TIME, "--resume_from_checkpoint", "last")
     run_in_process(out, *common, "--stop_time_hours", "1", "--resume_from_checkpoint", "last")
     assert state_of(out)["global_step"] == 6
     assert sorted(log_by_step(out, "loss")) == [2, 4, 6]  # one run: the stopped launch's log, then the resumed one's
+
+
+class StepClock:
+    """A stand-in for `time` in modeling.trainer whose clock moves 100 s each time it is read."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self) -> float:
+        self.now += 100
+        return self.now
+
+
+def test_saving_only_the_best_a_run_stopped_after_its_last_save_is_finished_all_the_same(tmp_path, monkeypatch):
+    """Its newest checkpoint (the best) predates the limit; the run's own state records the time that stopped it."""
+    monkeypatch.setattr("modeling.trainer.time", StepClock())
+    out, limit = tmp_path / "run", 300 / 3600
+    common = [*TINY, "--save_strategy", "best", "--metric_for_best_model", "exact_match", "--eval_steps", "1",
+              "--logging_steps", "2"]
+    run_in_process(out, *common, "--stop_time_hours", str(limit))
+    state, checkpoints = state_of(out), sorted(out.glob("checkpoint-*"))
+    newest = state_of(checkpoints[-1])
+    assert state["global_step"] < 6 and newest["global_step"] < state["global_step"]
+    assert newest["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] < 300
+    assert state["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] >= 300
+    weights = (out / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigurationError, match=r"the run in .* is finished, at [\d.]+ hours of training, and "
+                                                 r"--stop_time_hours is 0.0833333, after its newest checkpoint left"):
+        run_in_process(out, *common, "--stop_time_hours", str(limit), "--resume_from_checkpoint", "last")
+    assert (out / "model.safetensors").read_bytes() == weights
+
+
+def test_stopped_at_an_epoch_end_a_step_already_saved_and_evaluated_is_not_again(tmp_path):
+    """A stop found at an epoch's end, where saving and evaluating every N steps already did both."""
+    out = tmp_path / "run"
+    epoch_steps = 4  # 64 pairs in batches of at most 128 tokens
+    run_in_process(out, *TINY, "--stop_time_hours", NO_TIME, "--logging_steps", "100", "--eval_steps",
+                   str(epoch_steps), "--save_steps", str(epoch_steps))
+    state = state_of(out)
+    assert state["global_step"] == epoch_steps and state["epoch"] == 1
+    evaluations = [entry["step"] for entry in state["log_history"] if "eval_bleu" in entry]
+    assert evaluations == [epoch_steps]
 
 
 @pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])

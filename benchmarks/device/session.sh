@@ -9,10 +9,11 @@
 #      imports, start the steps with a deadline LEASE_S seconds from now (default 660), wait up to 540 s
 #   2. bash benchmarks/device/session.sh wait            (timeout_s 300) right after: waits for the rest, until the
 #      deadline at most
-# Name the steps in the order they matter: a step that cannot fit in the time left before the deadline is skipped
-# (a recipe needs 6 minutes, checks 4, the benchmark 3), and each one is cut to the deadline: a recipe trains for
-# the time left less RECIPE_TAIL_S (default 240: data, tokenizer, averaging, three beam-4 scorings) and at most its
-# config's stop_time_hours (train.py's --stop_time_hours); the benchmark is interrupted (it keeps what it measured).
+# Name the steps in the order they matter: a step that cannot fit in the time left before the deadline is skipped (a
+# recipe needs RECIPE_TAIL_S + 120 s, checks 240, the benchmark 180), and each is cut to the deadline: a recipe trains
+# for the time left less RECIPE_TAIL_S (default 240: data, tokenizer, the final evaluations, averaging, three beam-4
+# scorings) and at most its config's stop_time_hours (train.py's --stop_time_hours); the benchmark is interrupted (it
+# keeps what it measured).
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures)
 # and prints every step's state. Steps:
 #   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
@@ -65,61 +66,68 @@ step_benchmark() {  # interrupted 15 s before the deadline: it writes what it me
         ${BENCHMARK_ARGS:---sizes base --only train generate --fresh_runs 1} --output "$1"
 }
 
-step_recipe() {  # recipe:NAME[:ARGS]
-    local spec=${2#recipe:} name extra run source target
+record() {  # JSON KEY=VALUE...: set each KEY in the JSON file (made if missing) at once; VALUE @FILE is FILE's JSON
+    python3 - "$@" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+data = json.load(open(path)) if os.path.exists(path) else {}
+if not data:
+    import torch
+    data.update(torch=torch.__version__,
+                device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
+for item in sys.argv[2:]:
+    key, _, value = item.partition("=")
+    if value.startswith("@"):
+        value = json.load(open(value[1:])) if os.path.exists(value[1:]) else None
+    data[key] = value
+with open(path + ".tmp", "w") as file:
+    json.dump(data, file, indent=1)
+os.replace(path + ".tmp", path)
+PY
+}
+
+step_recipe() {  # JSON recipe:NAME[:ARGS]; the JSON is written after each stage, so a failure keeps what came before
+    local json=$1 spec=${2#recipe:} name extra run source target hours saves chosen
     name=${spec%%:*}
     extra=$([ "$spec" != "$name" ] && echo "${spec#*:}" | tr ',' ' ')
     run=$work/$(tag_of "$2")
     read -r source target < <(python3 -c "import yaml, sys; c = yaml.safe_load(open(sys.argv[1])); \
 print(c['source_lang'], c['target_lang'])" "configs/$name.yaml") || return 1
-    rm -rf "$run" "$run-avg5"
-    local hours
+    rm -rf "$run" "$run-avg"
     hours=$(python3 -c "import sys, yaml; limit = yaml.safe_load(open(sys.argv[1])).get('stop_time_hours'); \
 left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or left):.4f}')" \
         "configs/$name.yaml" "$(seconds_left)" "${RECIPE_TAIL_S:-240}") || return 1
     echo "training for at most $hours hours (the lease's deadline, or the config's stop_time_hours)"
+    record "$json" step="$2" stop_time_hours="$hours"
     # shellcheck disable=SC2086
-    accelerate launch --num_processes 1 scripts/train.py --config "configs/$name.yaml" --data_dir "$data" \
-        --report_to none --output_dir "$run" --stop_time_hours "$hours" $extra || return 1
-    # the last 5 saves (fewer where the deadline cut training short; none to average below 2)
-    local saves; saves=$(find "$run" -maxdepth 1 -name 'checkpoint-*' -type d | wc -l)
-    [ "$saves" -gt 5 ] && saves=5
+    timeout "$(until_deadline 5)" accelerate launch --num_processes 1 scripts/train.py --config "configs/$name.yaml" \
+        --data_dir "$data" --report_to none --output_dir "$run" --stop_time_hours "$hours" $extra
+    local trained=$?
+    record "$json" train=@"$run/train_results.json" trainer_state=@"$run/trainer_state.json"
+    [ "$trained" = 0 ] || return 1
     local scores=(--data_dir "$data" --source_lang "$source" --target_lang "$target" --num_beams 4 --batch_size 128
                   --quiet)
-    python3 scripts/evaluate.py "$run" --split validation "${scores[@]}" --output_dir "$run/eval-validation" ||
-        return 1
-    if [ "$saves" -ge 2 ]; then
-        python3 scripts/average_checkpoints.py "$run" --last "$saves" --output_dir "$run-avg5" &&
-        python3 scripts/evaluate.py "$run-avg5" --split validation "${scores[@]}" \
-            --output_dir "$run-avg5/eval-validation" || return 1
+    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run" --split validation "${scores[@]}" \
+        --output_dir "$run/eval-validation" || return 1
+    record "$json" validation_best_checkpoint=@"$run/eval-validation/results.json"
+    # the average of the last 5 saves (fewer where the deadline cut training short; none below 2), if it does better
+    saves=$(find "$run" -maxdepth 1 -name 'checkpoint-*' -type d | wc -l)
+    [ "$saves" -gt 5 ] && saves=5
+    chosen=$run
+    if [ "$saves" -ge 2 ] &&
+        timeout "$(until_deadline 5)" python3 scripts/average_checkpoints.py "$run" --last "$saves" \
+            --output_dir "$run-avg" &&
+        timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run-avg" --split validation "${scores[@]}" \
+            --output_dir "$run-avg/eval-validation"; then
+        record "$json" averaged_saves="$saves" validation_averaged=@"$run-avg/eval-validation/results.json"
+        chosen=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/eval-validation/results.json'))['bleu'] \
+for path in sys.argv[1:]]; print(sys.argv[1 + (bleu[1] > bleu[0])])" "$run" "$run-avg") || return 1
     fi
-    local chosen
-    chosen=$(python3 - "$run" <<'PY'
-import json, os, sys
-run = sys.argv[1]
-bleu = {path: json.load(open(f"{path}/eval-validation/results.json"))["bleu"] for path in (run, run + "-avg5")
-        if os.path.exists(f"{path}/eval-validation/results.json")}
-print(max(bleu, key=bleu.get))  # chosen on validation; test is scored once, for this one
-PY
-    ) || return 1
-    python3 scripts/evaluate.py "$chosen" --split test_2016_flickr "${scores[@]}" --output_dir "$chosen/eval-test" ||
-        return 1
-    python3 - "$run" "$chosen" "$2" "$saves" > "$1" <<'PY'
-import json, os, sys, torch
-run, chosen, step, saves = sys.argv[1:]
-def read(path):
-    return json.load(open(path)) if os.path.exists(path) else None
-print(json.dumps({
-    "step": step, "torch": torch.__version__,
-    "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-    "train": read(f"{run}/train_results.json"),
-    "chosen": f"averaged last {saves}" if chosen != run else "best checkpoint",
-    "validation_best_checkpoint": read(f"{run}/eval-validation/results.json"),
-    "validation_averaged_last_5": read(f"{run}-avg5/eval-validation/results.json"),
-    "test_chosen": read(f"{chosen}/eval-test/results.json"),
-    "trainer_log": read(f"{run}/trainer_state.json")["log_history"],
-}, indent=1))
-PY
+    # chosen on validation; test is scored once, for this one
+    record "$json" chosen="$([ "$chosen" = "$run" ] && echo "best checkpoint" || echo "average of the last $saves")"
+    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$chosen" --split test_2016_flickr "${scores[@]}" \
+        --output_dir "$chosen/eval-test" || return 1
+    record "$json" test_chosen=@"$chosen/eval-test/results.json"
 }
 
 seconds_left() { echo $(( $(cat "$work/deadline") - $(date +%s) )); }
@@ -132,7 +140,7 @@ until_deadline() {
 
 needs() {  # the seconds a step needs to be worth starting
     case $1 in
-        recipe:*) echo 360 ;;
+        recipe:*) echo $(( ${RECIPE_TAIL_S:-240} + 120 )) ;;
         checks) echo 240 ;;
         *) echo 180 ;;
     esac
@@ -178,6 +186,11 @@ collect_and_report() {
             fi
         elif [ -f "$work/steps/$tag.start" ]; then
             state="running for $(( now - $(cat "$work/steps/$tag.start") )) s; last line: $(tail -n 1 "$work/steps/$tag.full.log" | tr '\r' '\n' | tail -n 1 | cut -c1-150)"
+            if [ -f "$work/steps/$tag.json" ]; then  # a recipe's figures so far: this may be the last call
+                cp "$work/steps/$tag.json" "$out/$tag.json"
+                tail -n 300 "$work/steps/$tag.full.log" > "$out/$tag.log"
+                state="$state (its figures so far in \$OUT)"
+            fi
         else
             state="queued"
         fi
