@@ -125,9 +125,19 @@ def saved_between(earlier: Path, later: Path) -> bool | None:
     `later` records shows (`CheckpointSchedule`), or None where it cannot tell (checkpoints saved before that record,
     a strategy without a cadence). Saving by steps saves at each multiple of `save_steps`; at epoch ends, at each
     whole epoch. A last save at the end of training (or where --stop_time_hours stopped it) falls off either cadence,
-    and an earlier launch may have saved off it too, so only a save strictly between counts."""
+    and an earlier launch may have saved off it too, so only a save strictly between counts. A launch that resumed
+    from a checkpoint between them (`LaunchHistory`) is one such save; checkpoints of launches with other save
+    strategies cannot tell the rest."""
     states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
-    strategy = callback_record(states[1], "CheckpointSchedule").get("save_strategy")
+    launches = callback_record(states[1], "LaunchHistory").get("launches")
+    resumed = [Path(launch["resumed_from"]).name for launch in launches if isinstance(launch, dict)
+               and isinstance(launch.get("resumed_from"), str)] if isinstance(launches, list) else []
+    if any(checkpoint_step(earlier) < checkpoint_step(Path(name)) < checkpoint_step(later)
+           for name in resumed if CHECKPOINT_PATTERN.match(name)):
+        return True
+    earlier_strategy, strategy = (callback_record(state, "CheckpointSchedule").get("save_strategy") for state in states)
+    if strategy != earlier_strategy:
+        return None
     if strategy == "steps":
         save_steps = states[1].get("save_steps")
         if not isinstance(save_steps, (int, float)) or save_steps < 1:

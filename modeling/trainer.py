@@ -124,7 +124,8 @@ class StopTime(TrainerCallback):
     the limit. Checked every `logging_steps` steps, where the Trainer reads the loss back anyway when it logs by
     steps (on a GPU, a check at every step would wait for each step to finish), and at each epoch end. Training then
     ends as at its planned end: saving by steps, the step is saved and, evaluating by steps, evaluated (unless its
-    interval did so already); at epoch ends, the Trainer's own end of the epoch saves and evaluates the part trained."""
+    interval did so already); at epoch ends, the Trainer's own end of the epoch saves and evaluates the part trained.
+    The last checkpoint records the time that stopped the run."""
 
     def __init__(self, clock: TrainingClock, hours: float):
         self.clock, self.seconds = clock, hours * 3600
@@ -137,11 +138,13 @@ class StopTime(TrainerCallback):
         self._stop_if_due(args, state, control, step_done=True)
 
     def _stop_if_due(self, args, state, control, step_done: bool) -> None:
-        """`step_done`: the step was already saved and evaluated where its interval said so (at an epoch end)."""
+        """`step_done`: the step was already evaluated where its interval said so (at an epoch end). It is saved
+        again all the same: its checkpoint then records the training time that stopped the run, which makes the run
+        finished for resuming (a save is cheap beside an evaluation)."""
         if control.should_training_stop or not first_process_flag(self.clock.seconds() >= self.seconds):
             return
         control.should_training_stop = True
-        if args.save_strategy == SaveStrategy.STEPS and not (step_done and state.global_step % state.save_steps == 0):
+        if args.save_strategy == SaveStrategy.STEPS:
             control.should_save = True
         if (args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step
                 and not (step_done and state.global_step % state.eval_steps == 0)):

@@ -225,7 +225,15 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
     if reached is None:
         newest = str(training_args.resume_from_checkpoint).lower() in ("last", "latest", "true")
         if newest and finished_at(run_dir, checkpoint):
-            finish = end_reached(json_object(run_dir / TRAINER_STATE_NAME), training_args)
+            top = json_object(run_dir / TRAINER_STATE_NAME)
+            finish = end_reached(top, training_args)
+            if finish is not None and top.get("global_step", 0) <= checkpoint_step(Path(checkpoint)):
+                # finished at this checkpoint's step, past an end its own record is short of (the run's state was
+                # saved later: loading the best model, a last evaluation)
+                raise ConfigurationError(
+                    f"--resume_from_checkpoint: the run in {run_dir} is finished, at {finish[0]} (its final model "
+                    f"stays as it is); raise {finish[1]} to train it further"
+                )
             if finish is not None:
                 raise ConfigurationError(
                     f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: the run in {run_dir} is "

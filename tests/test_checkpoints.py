@@ -133,6 +133,34 @@ def test_a_recorded_save_strategy_decides_over_the_gaps_of_the_last_n_saves(tmp_
         assert [path.name for path in last_checkpoints(tmp_path, len(saves))] == [f"checkpoint-{s}" for s in saves]
 
 
+@pytest.mark.parametrize("saves, strategies, resumed_from, save_steps, refused", [
+    # --save_steps 2: launch 1 stopped (--stop_time_hours) at 3 and saved 2 and 3; launch 2 resumed from 3 and saved 4
+    # and 5; the rotation kept the best, 2: 3, lost between 2 and 4, is where launch 2 resumed
+    ((2, 4, 5), ("steps",) * 3, 3, 2, True),
+    ((2, 4, 5), ("steps",) * 3, 4, 2, False),  # resumed from a kept save
+    ((100, 200, 300), ("steps",) * 3, 150, 100, True),  # stopped at 150, resumed, saved on the interval again
+    # launch 1 saved every 10 steps, launch 2 at epoch ends: the strategies cannot tell, the gaps do (100 >> 30)
+    ((10, 100, 130), ("steps", "epoch", "epoch"), None, 10, True),
+])
+def test_a_save_lost_where_a_later_launch_resumed_or_under_another_strategy_is_told(
+        tmp_path, saves, strategies, resumed_from, save_steps, refused):
+    launches = [{"command": "train.py", "resumed_from": None}]
+    if resumed_from is not None:
+        launches.append({"command": "train.py", "resumed_from": str(tmp_path / f"checkpoint-{resumed_from}")})
+    for step, strategy in zip(saves, strategies):
+        state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{saves[0]}"), "save_steps": save_steps,
+                 "epoch": step / 100, "stateful_callbacks": {
+                     "CheckpointSchedule": {"args": {"save_strategy": strategy}, "attributes": {}},
+                     "LaunchHistory": {"args": {"launches": launches, "complete": True}, "attributes": {}}}}
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    if refused:
+        with pytest.raises(ValueError, match=rf"checkpoint-{saves[0]} is not one of the last 3 saves"):
+            last_checkpoints(tmp_path, 3)
+    else:
+        assert [path.name for path in last_checkpoints(tmp_path, 3)] == [f"checkpoint-{step}" for step in saves]
+
+
 def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_dir, tmp_path):
     run, models = run_dir
     output = average_checkpoints([run / "checkpoint-10", run / "checkpoint-100"], tmp_path / "averaged")

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 from test_train import log_by_step, run_in_process
 
 from modeling.arguments import ConfigurationError
-from modeling.trainer import first_process_flag
+from modeling.trainer import StopTime, first_process_flag
 
 TINY = ["--max_train_samples", "64", "--max_tokens", "128", "--max_eval_samples", "4", "--max_test_samples", "4",
         "--max_steps", "6"]
@@ -95,16 +95,41 @@ def test_saving_only_the_best_a_run_stopped_after_its_last_save_is_finished_all_
     assert (out / "model.safetensors").read_bytes() == weights
 
 
-def test_stopped_at_an_epoch_end_a_step_already_saved_and_evaluated_is_not_again(tmp_path):
-    """A stop found at an epoch's end, where saving and evaluating every N steps already did both."""
-    out = tmp_path / "run"
-    epoch_steps = 4  # 64 pairs in batches of at most 128 tokens
-    run_in_process(out, *TINY, "--stop_time_hours", NO_TIME, "--logging_steps", "100", "--eval_steps",
-                   str(epoch_steps), "--save_steps", str(epoch_steps))
+class SetClock:
+    """A stand-in for `time` in modeling.trainer that reads `now`."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_records_the_stop(tmp_path, monkeypatch):
+    """The limit is passed at an epoch's end whose step its interval already saved and evaluated: the evaluation is
+    not repeated, the save is (its checkpoint records the time that stopped the run), so a run killed before its
+    card is finished from that checkpoint rather than trained on."""
+    clock, on_epoch_end = SetClock(), StopTime.on_epoch_end
+
+    def epoch_end_past_the_limit(self, *args, **kwargs):
+        clock.now = 10_000.0
+        return on_epoch_end(self, *args, **kwargs)
+
+    monkeypatch.setattr("modeling.trainer.time", clock)
+    monkeypatch.setattr(StopTime, "on_epoch_end", epoch_end_past_the_limit)
+    out, epoch_steps = tmp_path / "run", 4  # 64 pairs in batches of at most 128 tokens
+    common = [*TINY, "--stop_time_hours", str(1000 / 3600), "--logging_steps", "100", "--eval_steps",
+              str(epoch_steps), "--save_steps", str(epoch_steps)]
+    run_in_process(out, *common)
     state = state_of(out)
     assert state["global_step"] == epoch_steps and state["epoch"] == 1
-    evaluations = [entry["step"] for entry in state["log_history"] if "eval_bleu" in entry]
-    assert evaluations == [epoch_steps]
+    assert [entry["step"] for entry in state["log_history"] if "eval_bleu" in entry] == [epoch_steps]
+    saved = state_of(out / f"checkpoint-{epoch_steps}")
+    assert saved["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] >= 1000
+    (out / "README.md").unlink()  # killed after its last save, before its card and final state
+    (out / "trainer_state.json").unlink()
+    run_in_process(out, *common, "--resume_from_checkpoint", "last")
+    assert state_of(out)["global_step"] == epoch_steps and (out / "README.md").is_file()
 
 
 @pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])

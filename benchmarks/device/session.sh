@@ -69,17 +69,23 @@ step_benchmark() {  # interrupted 15 s before the deadline: it writes what it me
 record() {  # JSON KEY=VALUE...: set each KEY in the JSON file (made if missing) at once; VALUE @FILE is FILE's JSON
     python3 - "$@" <<'PY'
 import json, os, sys
+
+def read(path):  # null for a file missing or cut short (a command stopped while writing it), alone
+    try:
+        with open(path) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None
+
 path = sys.argv[1]
-data = json.load(open(path)) if os.path.exists(path) else {}
+data = read(path) or {}
 if not data:
     import torch
     data.update(torch=torch.__version__,
                 device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
 for item in sys.argv[2:]:
     key, _, value = item.partition("=")
-    if value.startswith("@"):
-        value = json.load(open(value[1:])) if os.path.exists(value[1:]) else None
-    data[key] = value
+    data[key] = read(value[1:]) if value.startswith("@") else value
 with open(path + ".tmp", "w") as file:
     json.dump(data, file, indent=1)
 os.replace(path + ".tmp", path)
