@@ -130,13 +130,15 @@ def saved_between(earlier: Path, later: Path) -> bool | None:
     strategies cannot tell the rest."""
     states = [_read_json_object(checkpoint / TRAINER_STATE_NAME)[0] or {} for checkpoint in (earlier, later)]
     launches = callback_record(states[1], "LaunchHistory").get("launches")
-    resumed = [Path(launch["resumed_from"]).name for launch in launches if isinstance(launch, dict)
-               and isinstance(launch.get("resumed_from"), str)] if isinstance(launches, list) else []
+    resumed = [Path(launch["resumed_from"]).name if isinstance(launch, dict)
+               and isinstance(launch.get("resumed_from"), str) else None
+               for launch in launches] if isinstance(launches, list) else []
     if any(checkpoint_step(earlier) < checkpoint_step(Path(name)) < checkpoint_step(later)
-           for name in resumed if CHECKPOINT_PATTERN.match(name)):
+           for name in resumed if name and CHECKPOINT_PATTERN.match(name)):
         return True
     earlier_strategy, strategy = (callback_record(state, "CheckpointSchedule").get("save_strategy") for state in states)
-    if strategy != earlier_strategy:
+    # `later`'s launch (its record's last) resumed from `earlier`: every save between them was that launch's
+    if strategy != earlier_strategy and not (resumed and resumed[-1] == earlier.name):
         return None
     if strategy == "steps":
         save_steps = states[1].get("save_steps")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import math
 import os
 import time
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import IntervalStrategy, SaveStrategy, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, SaveStrategy, seed_worker
 
 from .arguments import TransformerTrainingArguments
 from .batching import TokenBudgetBatchSampler, token_lengths
@@ -124,7 +125,7 @@ class StopTime(TrainerCallback):
     the limit. Checked every `logging_steps` steps, where the Trainer reads the loss back anyway when it logs by
     steps (on a GPU, a check at every step would wait for each step to finish), and at each epoch end. Training then
     ends as at its planned end: saving by steps, the step is saved and, evaluating by steps, evaluated (unless its
-    interval did so already); at epoch ends, the Trainer's own end of the epoch saves and evaluates the part trained.
+    intervals did so already); at epoch ends, the Trainer's own end of the epoch saves and evaluates the part trained.
     The last checkpoint records the time that stopped the run."""
 
     def __init__(self, clock: TrainingClock, hours: float):
@@ -138,17 +139,33 @@ class StopTime(TrainerCallback):
         self._stop_if_due(args, state, control, step_done=True)
 
     def _stop_if_due(self, args, state, control, step_done: bool) -> None:
-        """`step_done`: the step was already evaluated where its interval said so (at an epoch end). It is saved
-        again all the same: its checkpoint then records the training time that stopped the run, which makes the run
-        finished for resuming (a save is cheap beside an evaluation)."""
+        """`step_done`: the step was already saved and evaluated where its intervals said so (at an epoch end)."""
         if control.should_training_stop or not first_process_flag(self.clock.seconds() >= self.seconds):
             return
         control.should_training_stop = True
         if args.save_strategy == SaveStrategy.STEPS:
-            control.should_save = True
+            if step_done and state.global_step % state.save_steps == 0:
+                self._record_stop_in_checkpoint(args, state)
+            else:
+                control.should_save = True
         if (args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step
                 and not (step_done and state.global_step % state.eval_steps == 0)):
             control.should_evaluate = True
+
+    def _record_stop_in_checkpoint(self, args, state) -> None:
+        """The step's checkpoint, saved before the limit was found, gets the training time that stopped the run in
+        its record (so a run killed before its card is finished from it, not trained on): its trainer_state.json
+        alone is rewritten, whole or not at all, rather than the checkpoint saved again."""
+        path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / TRAINER_STATE_NAME
+        if not args.should_save or not path.is_file():
+            return
+        saved = json_object(path)
+        records = saved.get("stateful_callbacks")
+        if isinstance(records, dict) and isinstance(records.get(TrainingClock.__name__), dict):
+            records[TrainingClock.__name__] = self.clock.state()
+            temporary = path.with_name(f".{path.name}.writing")
+            temporary.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(temporary, path)
 
 
 class CheckpointSchedule(RecordedInCheckpoints):

@@ -15,7 +15,7 @@ from model_helpers import assert_varied, trained_to_copy
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import generation_speed, measure, run
+from modeling.benchmarking import generation_speed, measure, run, training_speed
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import synthetic_lengths, training_batch
@@ -242,6 +242,26 @@ def test_settings_defaults_quick_and_errors():
     assert full.label_smoothing == [0.0, 0.1] and parse("--label_smoothing", "0.1").label_smoothing == [0.1]
     with pytest.raises(ValueError, match=r"--label_smoothing needs one or more values in \[0, 1\), got 0.1 1.0"):
         parse("--label_smoothing", "0.1", "1")
+    assert full.compile is False and parse("--compile").compile is True
+
+
+@pytest.mark.slow
+def test_compiled_training_records_it_and_computes_the_eager_steps_losses(tmp_path, monkeypatch):
+    """--compile: both models train through torch.compile (minutes of compiling on a CPU), the table says so, and a
+    compiled step's loss is the eager step's."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = [*tiny_arguments(tmp_path, "--compile", "--label_smoothing", "0.1"), "--only", "train"]
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    results = run_benchmark(settings, train_script=None, log=lambda message: None)
+    assert results["environment"]["compiled_training"] is True and "errors" not in results
+    assert "training through torch.compile" in format_table(results)
+    steady = results["train"]["tiny"]["label_smoothing_0.1"]["steady"]
+    assert steady["ours"]["target_tokens_per_s"] > 0 and steady["marian"]["target_tokens_per_s"] > 0
+    model = build_model("ours", benchmark_config("tiny", VOCAB, 0.1), seed=0).eval()  # eval: no dropout to draw
+    batch = training_batch([5, 7], [6, 4], VOCAB, seed=0)
+    compiled = training_speed.stepped(model, settings)
+    assert compiled is not model and set(compiled.parameters()) == set(model.parameters())
+    assert compiled(**batch).loss.item() == pytest.approx(model(**batch).loss.item(), rel=1e-5)
 
 
 def tiny_arguments(tmp_path, *extra):

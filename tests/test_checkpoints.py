@@ -141,6 +141,9 @@ def test_a_recorded_save_strategy_decides_over_the_gaps_of_the_last_n_saves(tmp_
     ((100, 200, 300), ("steps",) * 3, 150, 100, True),  # stopped at 150, resumed, saved on the interval again
     # launch 1 saved every 10 steps, launch 2 at epoch ends: the strategies cannot tell, the gaps do (100 >> 30)
     ((10, 100, 130), ("steps", "epoch", "epoch"), None, 10, True),
+    # launch 1 saved 100 (steps, the best), launch 2 resumed from it saving at epoch ends (200) and at its end (210):
+    # launch 2's strategy tells from 100 on (the gaps would refuse the best: 100 >> 10)
+    ((100, 200, 210), ("steps", "epoch", "epoch"), 100, 100, False),
 ])
 def test_a_save_lost_where_a_later_launch_resumed_or_under_another_strategy_is_told(
         tmp_path, saves, strategies, resumed_from, save_steps, refused):

@@ -19,8 +19,8 @@
 #   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
 #                      FSDP configs), then one epoch of configs/multi30k_de_en.yaml with configs/accelerate_fsdp.yaml
 #                      on one process, scored greedy on validation
-#   benchmark          scripts/benchmark.py --device cuda $BENCHMARK_ARGS (default: --sizes base --only train generate
-#                      --fresh_runs 1)
+#   benchmark[:ARGS]   scripts/benchmark.py --device cuda ARGS (comma-separated; default --sizes base --only train
+#                      generate --fresh_runs 1), e.g. benchmark:--sizes,base,--only,train,--compile
 #   recipe:NAME[:ARGS] configs/NAME.yaml trained on Multi30k (ARGS: extra train.py flags, comma-separated, e.g.
 #                      recipe:multi30k_de_en:--norm_first=true); then the last 5 checkpoints averaged, the average and
 #                      the best checkpoint scored with beam 4 on validation, and the better of the two once on test
@@ -45,25 +45,20 @@ step_checks() {
         --config configs/multi30k_de_en.yaml --data_dir "$data" --num_train_epochs 1 --eval_strategy no \
         --save_strategy no --report_to none --output_dir "$run"
     local fsdp=$?
-    python3 scripts/evaluate.py "$run" --data_dir "$data" --split validation --source_lang de --target_lang en \
-        --num_beams 1 --batch_size 128 --quiet --output_dir "$run/eval-validation-greedy"
+    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run" --data_dir "$data" --split validation \
+        --source_lang de --target_lang en --num_beams 1 --batch_size 128 --quiet --output_dir "$run/eval-validation-greedy"
     local scored=$?
-    python3 - "$run" "$tests" "$fsdp" "$scored" > "$1" <<'PY'
-import json, sys, pathlib
-run = pathlib.Path(sys.argv[1])
-def read(path):
-    return json.loads(path.read_text()) if path.exists() else None
-print(json.dumps({"pytest_gpu_rc": int(sys.argv[2]), "fsdp_epoch_rc": int(sys.argv[3]), "score_rc": int(sys.argv[4]),
-                  "fsdp_epoch_train": read(run / "train_results.json"),
-                  "fsdp_epoch_validation_greedy": read(run / "eval-validation-greedy" / "results.json")}, indent=1))
-PY
+    record "$1" pytest_gpu_rc="$tests" fsdp_epoch_rc="$fsdp" score_rc="$scored" \
+        fsdp_epoch_train=@"$run/train_results.json" \
+        fsdp_epoch_validation_greedy=@"$run/eval-validation-greedy/results.json"
     [ "$tests" = 0 ] && [ "$fsdp" = 0 ] && [ "$scored" = 0 ]
 }
 
-step_benchmark() {  # interrupted 15 s before the deadline: it writes what it measured so far
+step_benchmark() {  # JSON benchmark[:ARGS]; interrupted 15 s before the deadline: it writes what it measured so far
+    local args="--sizes base --only train generate --fresh_runs 1"
+    [ "$2" != benchmark ] && args=$(echo "${2#benchmark:}" | tr ',' ' ')
     # shellcheck disable=SC2086
-    timeout -s INT -k 30 "$(until_deadline 15)" python3 scripts/benchmark.py --device cuda \
-        ${BENCHMARK_ARGS:---sizes base --only train generate --fresh_runs 1} --output "$1"
+    timeout -s INT -k 30 "$(until_deadline 15)" python3 scripts/benchmark.py --device cuda $args --output "$1"
 }
 
 record() {  # JSON KEY=VALUE...: set each KEY in the JSON file (made if missing) at once; VALUE @FILE is FILE's JSON
@@ -155,7 +150,7 @@ needs() {  # the seconds a step needs to be worth starting
 run_step() {  # STEP JSON_PATH
     case $1 in
         checks) step_checks "$2" ;;
-        benchmark) step_benchmark "$2" ;;
+        benchmark|benchmark:*) step_benchmark "$2" "$1" ;;
         recipe:*) step_recipe "$2" "$1" ;;
         *) echo "session.sh: unknown step $1" >&2; return 2 ;;
     esac
@@ -243,5 +238,5 @@ pyarrow.__version__)" || exit 1
         ;;
     wait) wait_for_steps ;;
     _drive) drive ;;
-    *) echo "usage: session.sh start STEP... | wait   (steps: checks, benchmark, recipe:NAME[:ARGS])" >&2; exit 2 ;;
+    *) echo "usage: session.sh start STEP... | wait   (steps: checks, benchmark[:ARGS], recipe:NAME[:ARGS])" >&2; exit 2 ;;
 esac

@@ -63,7 +63,9 @@ def format_table(results: dict) -> str:
     peak = results["matmul_peak"]
     lines = [
         f"Annotated Transformer vs MarianMTModel on {environment['device']} ({environment['device_name']}, "
-        f"{environment['threads']} threads), {environment['dtype']}, torch {environment['torch']}, transformers "
+        f"{environment['threads']} threads), {environment['dtype']}"
+        f"{', training through torch.compile' if environment.get('compiled_training') else ''}, "
+        f"torch {environment['torch']}, transformers "
         f"{environment['transformers']}, {environment['date']}; load average {environment['load_average_at_start']:.1f}"
         f" at the start, {environment['load_average_at_end']:.1f} at the end",
         f"matmul peak ({peak['size']}^3 {peak['dtype']}): {_flops(peak['flops_per_s'])}FLOP/s; lengths: "

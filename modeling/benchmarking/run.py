@@ -56,6 +56,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "load_average_at_start": os.getloadavg()[0],
         "threads": torch.get_num_threads(),
         "dtype": settings.dtype,
+        "compiled_training": settings.compile,
         "memory_method": MemoryWatch(device).method,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -27,7 +27,7 @@ DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 DEFAULTS = dict(
     sections=list(SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
-    vocab_size=8000, max_length=128, seed=0,
+    vocab_size=8000, max_length=128, seed=0, compile=False,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -67,6 +67,7 @@ class BenchmarkSettings:
     peak_matmul_size: int
     threads: int
     seed: int
+    compile: bool
     quick: bool
     output: str
 
@@ -172,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--peak_matmul_size", type=int, help="n of the n x n matmul that measures the peak (CPU: 2048; GPU: 8192).")
     add("--threads", type=int, help=f"torch threads (this machine's default: {torch.get_num_threads()}).")
     add("--seed", type=int, help="Seed of the lengths, batches and weights (0).")
+    add("--compile", action="store_true", default=None,
+        help="Train both models through torch.compile (as the Trainer's --torch_compile does); the first epoch then "
+             "includes the compilation (off).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

@@ -12,7 +12,8 @@ data loading is not in these timings (the data section times it).
 - first epoch: each model runs the batches in a fresh process, where no batch shape has been seen before (no
   allocator or kernel cache warmed by the other model), one process per model and run, alternating which
   model goes first. One untimed step on a one-pair batch first starts what any run starts once (threads, CUDA
-  libraries, optimizer state). Peak memory is measured there (see `MemoryWatch`), from before that step.
+  libraries, optimizer state). Peak memory is measured there (see `MemoryWatch`), from before that step. With
+  `--compile` (both models through `torch.compile`) the timed steps include compiling for the batches' shapes.
 - steady: both models in this process, after one untimed pass over the same batches (every shape seen), then
   `repetitions` timed passes alternating the order ours/Marian, Marian/ours, so drift hits both.
 
@@ -53,6 +54,12 @@ def training_model(model):
     `use_cache` default), so that a forward without `labels` builds no cache of keys and values either."""
     model.config.use_cache = False
     return model.train()
+
+
+def stepped(model, settings: BenchmarkSettings):
+    """The module a training step calls: `model`, or with `--compile` `torch.compile(model)` (the Trainer's
+    --torch_compile; its parameters are the model's)."""
+    return torch.compile(model) if settings.compile else model
 
 
 def loss_function(name: str, model, label_smoothing: float) -> Callable[[dict], torch.Tensor]:
@@ -139,7 +146,7 @@ def fresh_training_run(spec: dict) -> dict:
     device = torch.device(settings.device)
     config = benchmark_config(spec["size"], settings.vocab_size, spec["label_smoothing"])
     model = training_model(build_model(spec["model"], config, settings.seed).to(device))
-    loss_of = loss_function(spec["model"], model, spec["label_smoothing"])
+    loss_of = loss_function(spec["model"], stepped(model, settings), spec["label_smoothing"])
     optimizer = make_optimizer(model)
     batches = _device_batches(spec["batch_lengths"], settings, device)
     memory = MemoryWatch(device)
@@ -178,6 +185,9 @@ def benchmark_training_loss(
         for name, model in models.items()
     }
     optimizers = {name: make_optimizer(model) for name, model in models.items()}
+    if settings.compile:  # after the FLOP count, which reads the operations torch dispatches
+        losses = {name: loss_function(name, stepped(model, settings), label_smoothing)
+                  for name, model in models.items()}
 
     def run_all(name):
         for batch in batches:
