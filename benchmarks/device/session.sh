@@ -14,6 +14,11 @@
 # for the time left less RECIPE_TAIL_S (default 240: data, tokenizer, the final evaluations, averaging, three beam-4
 # scorings) and at most its config's stop_time_hours (train.py's --stop_time_hours); the benchmark is interrupted (it
 # keeps what it measured).
+# The open issues' GPU parts take a lease each, one per task that draws a machine, in this order (each lease's steps
+# in one `start`; a recipe, like the benchmark, takes the rest of its lease): 1. checks benchmark (GPU training works
+# at all, bf16, FSDP; the performance issue's figures), 2. recipe:multi30k_de_en, 3. recipe:multi30k_en_de,
+# 4. recipe:multi30k_de_en:--norm_first=true (the post-norm / pre-norm comparison), 5. benchmark:--sizes,base,--only,
+# train,--compile (what compiling gains).
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures)
 # and prints every step's state. Steps:
 #   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
