@@ -38,6 +38,31 @@ def save_checkpoint(directory, seed: int, tokenizer, **config_overrides):
     return model
 
 
+def saved_states(folder, best: int | None, saves, save_steps=None, epoch_of=None, strategy=None, launches=None):
+    """checkpoint-<step>/trainer_state.json for each of `saves`, as the Trainer records them: the best checkpoint,
+    save_steps and the epoch, and our callbacks' records of the save strategy and the launches (where given)."""
+    records = {}
+    if strategy is not None:
+        records["CheckpointSchedule"] = {"args": {"save_strategy": strategy}, "attributes": {}}
+    if launches is not None:
+        records["LaunchHistory"] = {"args": {"launches": launches, "complete": True}, "attributes": {}}
+    for step in saves:
+        state = {"best_model_checkpoint": None if best is None else str(folder / f"checkpoint-{best}"),
+                 "save_steps": save_steps, "epoch": None if epoch_of is None else epoch_of(step),
+                 "stateful_callbacks": records}
+        (folder / f"checkpoint-{step}").mkdir()
+        (folder / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+
+
+def check_last_saves(folder, saves, best, refused) -> None:
+    """`last_checkpoints(folder, len(saves))` refuses the kept best checkpoint, or gives `saves`."""
+    if refused:
+        with pytest.raises(ValueError, match=rf"checkpoint-{best} is not one of the last {len(saves)} saves"):
+            last_checkpoints(folder, len(saves))
+    else:
+        assert [path.name for path in last_checkpoints(folder, len(saves))] == [f"checkpoint-{step}" for step in saves]
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return train_tokenizer(["1 2 3 4", "5 6 7 8 9 0"] * 10, vocab_size=270)
@@ -66,10 +91,7 @@ def test_checkpoints_are_ordered_by_step_not_by_name(run_dir):
     (7, (7, 16, 24, 31, 40), False),  # epochs of token-budget batches: uneven, but consecutive
 ])
 def test_the_last_n_saves_do_not_include_an_old_best_checkpoint_the_trainer_kept(tmp_path, best, saves, refused):
-    state = {"best_model_checkpoint": None if best is None else str(tmp_path / f"checkpoint-{best}")}
-    for step in saves:
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    saved_states(tmp_path, best, saves)
     if refused:
         with pytest.raises(ValueError, match=rf"checkpoint-{best} is not one of the last 5 saves of .*: it is the best "
                                              r"checkpoint.*Average --last 4, .* or train with save_total_limit 6"):
@@ -95,17 +117,8 @@ def test_the_last_two_saves_are_told_apart_from_an_old_best_by_the_recorded_save
         tmp_path, strategy, best, saves, save_steps, steps_per_epoch, refused):
     """With two checkpoints there is no second gap to compare the first with: the save strategy the newest one
     records (`CheckpointSchedule`) says whether the run saved between them."""
-    for step in saves:
-        state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{best}"), "save_steps": save_steps,
-                 "epoch": step / steps_per_epoch, "stateful_callbacks": {} if strategy is None else {
-                     "CheckpointSchedule": {"args": {"save_strategy": strategy}, "attributes": {}}}}
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
-    if refused:
-        with pytest.raises(ValueError, match=rf"checkpoint-{best} is not one of the last 2 saves"):
-            last_checkpoints(tmp_path, 2)
-    else:
-        assert [path.name for path in last_checkpoints(tmp_path, 2)] == [f"checkpoint-{step}" for step in saves]
+    saved_states(tmp_path, best, saves, save_steps, lambda step: step / steps_per_epoch, strategy)
+    check_last_saves(tmp_path, saves, best, refused)
 
 
 @pytest.mark.parametrize("strategy, saves, refused", [
@@ -120,17 +133,8 @@ def test_a_recorded_save_strategy_decides_over_the_gaps_of_the_last_n_saves(tmp_
     one, a short last gap (a save at the end of training, off the cadence) does not make the saves before it look
     apart."""
     steps_per_epoch = 100 if saves[0] == 100 else 107
-    for step in saves:
-        state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{saves[0]}"), "save_steps": 100,
-                 "epoch": step / steps_per_epoch,
-                 "stateful_callbacks": {"CheckpointSchedule": {"args": {"save_strategy": strategy}, "attributes": {}}}}
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
-    if refused:
-        with pytest.raises(ValueError, match=rf"checkpoint-{saves[0]} is not one of the last {len(saves)} saves"):
-            last_checkpoints(tmp_path, len(saves))
-    else:
-        assert [path.name for path in last_checkpoints(tmp_path, len(saves))] == [f"checkpoint-{s}" for s in saves]
+    saved_states(tmp_path, saves[0], saves, 100, lambda step: step / steps_per_epoch, strategy)
+    check_last_saves(tmp_path, saves, saves[0], refused)
 
 
 @pytest.mark.parametrize("saves, strategies, resumed_from, save_steps, refused", [
@@ -150,18 +154,9 @@ def test_a_save_lost_where_a_later_launch_resumed_or_under_another_strategy_is_t
     launches = [{"command": "train.py", "resumed_from": None}]
     if resumed_from is not None:
         launches.append({"command": "train.py", "resumed_from": str(tmp_path / f"checkpoint-{resumed_from}")})
-    for step, strategy in zip(saves, strategies):
-        state = {"best_model_checkpoint": str(tmp_path / f"checkpoint-{saves[0]}"), "save_steps": save_steps,
-                 "epoch": step / 100, "stateful_callbacks": {
-                     "CheckpointSchedule": {"args": {"save_strategy": strategy}, "attributes": {}},
-                     "LaunchHistory": {"args": {"launches": launches, "complete": True}, "attributes": {}}}}
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
-    if refused:
-        with pytest.raises(ValueError, match=rf"checkpoint-{saves[0]} is not one of the last 3 saves"):
-            last_checkpoints(tmp_path, 3)
-    else:
-        assert [path.name for path in last_checkpoints(tmp_path, 3)] == [f"checkpoint-{step}" for step in saves]
+    for step, strategy in zip(saves, strategies):  # each launch records its own strategy
+        saved_states(tmp_path, saves[0], [step], save_steps, lambda step: step / 100, strategy, launches)
+    check_last_saves(tmp_path, saves, saves[0], refused)
 
 
 def test_average_of_two_checkpoints_is_the_mean_of_their_tensors_and_loads(run_dir, tmp_path):
