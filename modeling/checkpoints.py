@@ -359,7 +359,8 @@ def average_checkpoints(
                 shutil.copytree(path, output_dir / path.name)
             continue
         skip = (
-            path.name in TRAINING_STATE_FILES
+            path.name.startswith(".")  # no model file: a temporary file left by a kill, a file browser's
+            or path.name in TRAINING_STATE_FILES
             or path.name.startswith(TRAINING_STATE_PREFIXES)
             or path.name in (WEIGHTS_INDEX_NAME, CHECKSUMS_NAME, MODEL_CARD_NAME)  # the card: the run's, below
             or path.suffix == ".safetensors"

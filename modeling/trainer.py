@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -143,29 +144,41 @@ class StopTime(TrainerCallback):
         if control.should_training_stop or not first_process_flag(self.clock.seconds() >= self.seconds):
             return
         control.should_training_stop = True
-        if args.save_strategy == SaveStrategy.STEPS:
-            if step_done and state.global_step % state.save_steps == 0:
-                self._record_stop_in_checkpoint(args, state)
-            else:
-                control.should_save = True
         if (args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step
                 and not (step_done and state.global_step % state.eval_steps == 0)):
             control.should_evaluate = True
+        if args.save_strategy == SaveStrategy.STEPS:
+            # Saved already, and no evaluation to add to it: only its record of the time, which stops the run.
+            saved = step_done and state.global_step % state.save_steps == 0 and not control.should_evaluate
+            # every process does as the first process's rewrite went (a save is a collective step)
+            if not (saved and first_process_flag(self._record_stop_in_checkpoint(args, state))):
+                control.should_save = True
 
-    def _record_stop_in_checkpoint(self, args, state) -> None:
-        """The step's checkpoint, saved before the limit was found, gets the training time that stopped the run in
-        its record (so a run killed before its card is finished from it, not trained on): its trainer_state.json
-        alone is rewritten, whole or not at all, rather than the checkpoint saved again."""
+    def _record_stop_in_checkpoint(self, args, state) -> bool:
+        """Give the step's checkpoint, saved before the limit was found, the training time that stopped the run (so
+        a run killed before its card is finished from it, not trained on): its trainer_state.json alone is
+        rewritten, whole or not at all, rather than the checkpoint saved again. False where that cannot be done
+        (the checkpoint is to be saved again instead); True on the processes that do not save."""
+        if not args.should_save:
+            return True
         path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / TRAINER_STATE_NAME
-        if not args.should_save or not path.is_file():
-            return
-        saved = json_object(path)
-        records = saved.get("stateful_callbacks")
-        if isinstance(records, dict) and isinstance(records.get(TrainingClock.__name__), dict):
+        temporary = None
+        try:
+            saved = json_object(path)
+            records = saved.get("stateful_callbacks")
+            if not (isinstance(records, dict) and isinstance(records.get(TrainingClock.__name__), dict)):
+                return False
             records[TrainingClock.__name__] = self.clock.state()
-            temporary = path.with_name(f".{path.name}.writing")
-            temporary.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".writing",
+                                             delete=False, encoding="utf-8") as file:
+                temporary = Path(file.name)
+                file.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
             os.replace(temporary, path)
+            return True
+        except (OSError, ValueError):
+            if temporary is not None:
+                temporary.unlink(missing_ok=True)
+            return False
 
 
 class CheckpointSchedule(RecordedInCheckpoints):

@@ -213,7 +213,8 @@ def test_mismatched_checkpoints_are_refused(tmp_path):
 
 
 def test_only_the_model_files_of_the_newest_checkpoint_come_along(run_dir, tmp_path):
-    """A checkpoint's own evaluations (eval-*/, its card) belong to it, not to the average; a target tokenizer comes."""
+    """A checkpoint's own evaluations (eval-*/, its card) and hidden files belong to it, not to the average; a target
+    tokenizer comes."""
     run, _ = run_dir
     older, newest = tmp_path / "run" / "checkpoint-100", tmp_path / "run" / "checkpoint-200"
     for source, checkpoint in ((run / "checkpoint-10", older), (run / "checkpoint-100", newest)):
@@ -222,9 +223,11 @@ def test_only_the_model_files_of_the_newest_checkpoint_come_along(run_dir, tmp_p
     (newest / "README.md").write_text("# checkpoint-200\n## Evaluation: val, beam 1\n| 1014 | 0.01 |\n")
     (newest / "eval-val").mkdir()
     (newest / "eval-val" / "results.json").write_text('{"bleu": 0.01}')
+    (newest / ".trainer_state.json.x1y2.writing").write_text("{")  # a rewrite's temporary file, left by a kill
     output = average_checkpoints([older, newest], tmp_path / "averaged")
     names = {path.name for path in output.iterdir()}
     assert "eval-val" not in names and "README.md" not in names  # the run (tmp_path/run) has no card
+    assert not [name for name in names if name.startswith(".")]
     assert (output / "target_tokenizer" / "tokenizer.json").read_bytes() == (newest / "tokenizer.json").read_bytes()
 
 

@@ -105,10 +105,9 @@ class SetClock:
         return self.now
 
 
-def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_records_the_stop(tmp_path, monkeypatch):
-    """The limit is passed at an epoch's end whose step its interval already saved and evaluated: the evaluation is
-    not repeated, the save is (its checkpoint records the time that stopped the run), so a run killed before its
-    card is finished from that checkpoint rather than trained on."""
+@pytest.fixture
+def limit_passed_at_epoch_end(monkeypatch):
+    """The training clock stands still at 0 s until the first epoch ends, then reads 10,000 s."""
     clock, on_epoch_end = SetClock(), StopTime.on_epoch_end
 
     def epoch_end_past_the_limit(self, *args, **kwargs):
@@ -117,6 +116,13 @@ def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_re
 
     monkeypatch.setattr("modeling.trainer.time", clock)
     monkeypatch.setattr(StopTime, "on_epoch_end", epoch_end_past_the_limit)
+
+
+def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_records_the_stop(
+        tmp_path, limit_passed_at_epoch_end):
+    """The limit is passed at an epoch's end whose step its interval already saved and evaluated: the evaluation is
+    not repeated, the save is (its checkpoint records the time that stopped the run), so a run killed before its
+    card is finished from that checkpoint rather than trained on."""
     out, epoch_steps = tmp_path / "run", 4  # 64 pairs in batches of at most 128 tokens
     common = [*TINY, "--stop_time_hours", str(1000 / 3600), "--logging_steps", "100", "--eval_steps",
               str(epoch_steps), "--save_steps", str(epoch_steps)]
@@ -130,6 +136,18 @@ def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_re
     (out / "trainer_state.json").unlink()
     run_in_process(out, *common, "--resume_from_checkpoint", "last")
     assert state_of(out)["global_step"] == epoch_steps and (out / "README.md").is_file()
+
+
+def test_a_stop_at_an_epoch_end_that_adds_an_evaluation_saves_the_checkpoint_after_it(
+        tmp_path, limit_passed_at_epoch_end):
+    """Saving every 4 steps, evaluating every 3: the stop at the end of epoch 1 (step 4) evaluates step 4, so its
+    checkpoint, saved before, is saved again with that evaluation in its log, as at a planned end."""
+    out = tmp_path / "run"
+    run_in_process(out, *TINY, "--stop_time_hours", str(1000 / 3600), "--logging_steps", "100", "--eval_steps", "3",
+                   "--save_steps", "4", "--load_best_model_at_end", "false")
+    saved = state_of(out / "checkpoint-4")
+    assert [entry["step"] for entry in saved["log_history"] if "eval_bleu" in entry] == [3, 4]
+    assert saved["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] >= 1000
 
 
 @pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])

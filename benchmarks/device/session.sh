@@ -17,8 +17,9 @@
 # The open issues' GPU parts take a lease each, one per task that draws a machine, in this order (each lease's steps
 # in one `start`; a recipe, like the benchmark, takes the rest of its lease): 1. checks benchmark (GPU training works
 # at all, bf16, FSDP; the performance issue's figures), 2. recipe:multi30k_de_en, 3. recipe:multi30k_en_de,
-# 4. recipe:multi30k_de_en:--norm_first=true (the post-norm / pre-norm comparison), 5. benchmark:--sizes,base,--only,
-# train,--compile (what compiling gains).
+# 4. recipe:multi30k_de_en:--norm_first=true (the post-norm / pre-norm comparison), 5. what compiling gains, eager
+# and compiled in the same lease: benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
+# benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures)
 # and prints every step's state. Steps:
 #   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
@@ -83,9 +84,16 @@ if not data:
     import torch
     data.update(torch=torch.__version__,
                 device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
+def parsed(value):  # a number as a number (an exit status, hours), anything else as text
+    try:
+        number = json.loads(value)
+    except ValueError:
+        return value
+    return number if isinstance(number, (int, float)) else value
+
 for item in sys.argv[2:]:
     key, _, value = item.partition("=")
-    data[key] = read(value[1:]) if value.startswith("@") else value
+    data[key] = read(value[1:]) if value.startswith("@") else parsed(value)
 with open(path + ".tmp", "w") as file:
     json.dump(data, file, indent=1)
 os.replace(path + ".tmp", path)

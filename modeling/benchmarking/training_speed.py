@@ -24,12 +24,15 @@ the same time, and peak_fraction divides it by the measured matmul peak.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch._dynamo
+import torch._inductor.config
 from transformers.trainer_pt_utils import LabelSmoother
 
 from . import measure
@@ -58,8 +61,25 @@ def training_model(model):
 
 def stepped(model, settings: BenchmarkSettings):
     """The module a training step calls: `model`, or with `--compile` `torch.compile(model)` (the Trainer's
-    --torch_compile; its parameters are the model's)."""
+    --torch_compile; its parameters are the model's). Compile within `compiling`."""
     return torch.compile(model) if settings.compile else model
+
+
+@contextlib.contextmanager
+def compiling(settings: BenchmarkSettings):
+    """With `--compile`: no graph of an earlier setting (both models' forwards run through transformers'
+    `can_return_tuple` frame, whose graphs count against one recompile limit), room for both models' graphs (a
+    static one, then dynamic ones as batch sizes and lengths change) under that limit, and a hit of it an error
+    rather than a silent fall back to eager for the shapes after it; no compilation served from Inductor's on-disk
+    caches (a later fresh process's first epoch would skip compiling)."""
+    if not settings.compile:
+        yield
+        return
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=32, fail_on_recompile_limit_hit=True), \
+            torch._inductor.config.patch(force_disable_caches=True):
+        yield
+    torch._dynamo.reset()
 
 
 def loss_function(name: str, model, label_smoothing: float) -> Callable[[dict], torch.Tensor]:
@@ -151,12 +171,13 @@ def fresh_training_run(spec: dict) -> dict:
     batches = _device_batches(spec["batch_lengths"], settings, device)
     memory = MemoryWatch(device)
     memory.start()
-    # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
-    # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
-    warm_up = _device_batches([([2], [2])], settings, device)[0]
-    training_step(loss_of, optimizer, warm_up, device, settings.dtype)
-    step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
-                    for batch in batches]
+    with compiling(settings):
+        # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
+        # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
+        warm_up = _device_batches([([2], [2])], settings, device)[0]
+        training_step(loss_of, optimizer, warm_up, device, settings.dtype)
+        step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
+                        for batch in batches]
     peak, training = memory.read()
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
             "training_memory_bytes": training}
@@ -193,12 +214,13 @@ def benchmark_training_loss(
         for batch in batches:
             training_step(losses[name], optimizers[name], batch, device, settings.dtype)
 
-    for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
-        run_all(name)
     steady_seconds = {name: [] for name in MODEL_NAMES}
-    for repetition in range(settings.repetitions):
-        for name in interleaved(MODEL_NAMES, repetition):
-            steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
+    with compiling(settings):
+        for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
+            run_all(name)
+        for repetition in range(settings.repetitions):
+            for name in interleaved(MODEL_NAMES, repetition):
+                steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
 
     def rates(name, seconds):
         tokens_per_s = statistics.median(target_tokens / s for s in seconds)
