@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 from functools import partial
@@ -125,9 +126,9 @@ class StopTime(TrainerCallback):
     """--stop_time_hours: training ends once the run's training time (`TrainingClock`, across resumptions) reaches
     the limit. Checked every `logging_steps` steps, where the Trainer reads the loss back anyway when it logs by
     steps (on a GPU, a check at every step would wait for each step to finish), and at each epoch end. Training then
-    ends as at its planned end: saving by steps, the step is saved and, evaluating by steps, evaluated (unless its
-    intervals did so already); at epoch ends, the Trainer's own end of the epoch saves and evaluates the part trained.
-    The last checkpoint records the time that stopped the run."""
+    ends as at its planned end: saving by steps, the step is saved and, evaluating by steps, evaluated (a step its
+    save interval saved at an epoch's end stays as saved); at epoch ends, the Trainer's own end of the epoch saves and
+    evaluates the part trained. The last checkpoint records the time that stopped the run."""
 
     def __init__(self, clock: TrainingClock, hours: float):
         self.clock, self.seconds = clock, hours * 3600
@@ -144,15 +145,19 @@ class StopTime(TrainerCallback):
         if control.should_training_stop or not first_process_flag(self.clock.seconds() >= self.seconds):
             return
         control.should_training_stop = True
+        saving_by_steps = args.save_strategy == SaveStrategy.STEPS
+        # Saved already by its interval: left as saved, but for its record of the time, which stops the run (not
+        # saved again over itself, the newest complete checkpoint; the run's own scores follow training anyway).
+        # Every process does as the first process's rewrite went: a save is a step they all take.
+        if saving_by_steps and step_done and state.global_step % state.save_steps == 0 and first_process_flag(
+            self._record_stop_in_checkpoint(args, state)
+        ):
+            return
+        if saving_by_steps:
+            control.should_save = True
         if (args.eval_strategy == IntervalStrategy.STEPS and args.eval_delay <= state.global_step
                 and not (step_done and state.global_step % state.eval_steps == 0)):
             control.should_evaluate = True
-        if args.save_strategy == SaveStrategy.STEPS:
-            # Saved already, and no evaluation to add to it: only its record of the time, which stops the run.
-            saved = step_done and state.global_step % state.save_steps == 0 and not control.should_evaluate
-            # every process does as the first process's rewrite went (a save is a collective step)
-            if not (saved and first_process_flag(self._record_stop_in_checkpoint(args, state))):
-                control.should_save = True
 
     def _record_stop_in_checkpoint(self, args, state) -> bool:
         """Give the step's checkpoint, saved before the limit was found, the training time that stopped the run (so
@@ -173,12 +178,15 @@ class StopTime(TrainerCallback):
                                              delete=False, encoding="utf-8") as file:
                 temporary = Path(file.name)
                 file.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+            shutil.copymode(path, temporary)  # the Trainer's file's permissions, not a temporary file's 0600
             os.replace(temporary, path)
+            temporary = None
             return True
         except (OSError, ValueError):
+            return False
+        finally:
             if temporary is not None:
                 temporary.unlink(missing_ok=True)
-            return False
 
 
 class CheckpointSchedule(RecordedInCheckpoints):

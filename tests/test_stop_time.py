@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 from test_train import log_by_step, run_in_process
 
 from modeling.arguments import ConfigurationError
-from modeling.trainer import StopTime, first_process_flag
+from modeling.trainer import StopTime, TransformerSeq2SeqTrainer, first_process_flag
 
 TINY = ["--max_train_samples", "64", "--max_tokens", "128", "--max_eval_samples", "4", "--max_test_samples", "4",
         "--max_steps", "6"]
@@ -138,16 +138,30 @@ def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_re
     assert state_of(out)["global_step"] == epoch_steps and (out / "README.md").is_file()
 
 
-def test_a_stop_at_an_epoch_end_that_adds_an_evaluation_saves_the_checkpoint_after_it(
-        tmp_path, limit_passed_at_epoch_end):
-    """Saving every 4 steps, evaluating every 3: the stop at the end of epoch 1 (step 4) evaluates step 4, so its
-    checkpoint, saved before, is saved again with that evaluation in its log, as at a planned end."""
+def test_a_step_its_interval_saved_is_not_saved_again_over_itself_nor_evaluated_off_its_interval(
+        tmp_path, limit_passed_at_epoch_end, monkeypatch):
+    """Saving every 4 steps, evaluating every 3: the stop at the end of epoch 1 (step 4, saved there) leaves that
+    checkpoint, the newest complete one, as saved but for its record of the time (a second save over it could leave
+    none complete if killed meanwhile); the run's validation and test scores follow training anyway. Its
+    trainer_state.json keeps its permissions."""
+    saves = []
+    save_checkpoint = TransformerSeq2SeqTrainer._save_checkpoint
+
+    def counted(self, *args, **kwargs):
+        saves.append(self.state.global_step)
+        return save_checkpoint(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransformerSeq2SeqTrainer, "_save_checkpoint", counted)
     out = tmp_path / "run"
     run_in_process(out, *TINY, "--stop_time_hours", str(1000 / 3600), "--logging_steps", "100", "--eval_steps", "3",
                    "--save_steps", "4", "--load_best_model_at_end", "false")
-    saved = state_of(out / "checkpoint-4")
-    assert [entry["step"] for entry in saved["log_history"] if "eval_bleu" in entry] == [3, 4]
+    assert saves == [4]
+    path = out / "checkpoint-4" / "trainer_state.json"
+    saved = json.loads(path.read_text())
+    assert [entry["step"] for entry in saved["log_history"] if "eval_bleu" in entry] == [3]
     assert saved["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] >= 1000
+    assert path.stat().st_mode & 0o777 == (out / "checkpoint-4" / "config.json").stat().st_mode & 0o777
+    assert not list((out / "checkpoint-4").glob(".*"))
 
 
 @pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])

@@ -69,7 +69,7 @@ step_benchmark() {  # JSON benchmark[:ARGS]; interrupted 15 s before the deadlin
 
 record() {  # JSON KEY=VALUE...: set each KEY in the JSON file (made if missing) at once; VALUE @FILE is FILE's JSON
     python3 - "$@" <<'PY'
-import json, os, sys
+import json, math, os, sys
 
 def read(path):  # null for a file missing or cut short (a command stopped while writing it), alone
     try:
@@ -84,12 +84,12 @@ if not data:
     import torch
     data.update(torch=torch.__version__,
                 device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
-def parsed(value):  # a number as a number (an exit status, hours), anything else as text
+def parsed(value):  # a finite number as a number (an exit status, hours), anything else as text
     try:
         number = json.loads(value)
     except ValueError:
         return value
-    return number if isinstance(number, (int, float)) else value
+    return number if type(number) in (int, float) and math.isfinite(number) else value
 
 for item in sys.argv[2:]:
     key, _, value = item.partition("=")

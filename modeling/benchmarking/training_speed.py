@@ -76,10 +76,12 @@ def compiling(settings: BenchmarkSettings):
         yield
         return
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(recompile_limit=32, fail_on_recompile_limit_hit=True), \
-            torch._inductor.config.patch(force_disable_caches=True):
-        yield
-    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(recompile_limit=32, fail_on_recompile_limit_hit=True), \
+                torch._inductor.config.patch(force_disable_caches=True):
+            yield
+    finally:
+        torch._dynamo.reset()
 
 
 def loss_function(name: str, model, label_smoothing: float) -> Callable[[dict], torch.Tensor]:
