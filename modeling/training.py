@@ -227,14 +227,9 @@ def refuse_finished_run(checkpoint: str, training_args) -> bool:
         if newest and finished_at(run_dir, checkpoint):
             top = json_object(run_dir / TRAINER_STATE_NAME)
             finish = end_reached(top, training_args)
-            if finish is not None and top.get("global_step", 0) <= checkpoint_step(Path(checkpoint)):
-                # finished at this checkpoint's step, past an end its own record is short of (the run's state was
-                # saved later: loading the best model, a last evaluation)
-                raise ConfigurationError(
-                    f"--resume_from_checkpoint: the run in {run_dir} is finished, at {finish[0]} (its final model "
-                    f"stays as it is); raise {finish[1]} to train it further"
-                )
-            if finish is not None:
+            # Only steps trained after the checkpoint are at stake: a run that ended at its step (and whose own state
+            # passed a time limit the checkpoint had not, loading its best model after it, say) goes on from it.
+            if finish is not None and top.get("global_step", 0) > checkpoint_step(Path(checkpoint)):
                 raise ConfigurationError(
                     f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: the run in {run_dir} is "
                     f"finished, at {finish[0]}, after its newest checkpoint left ({Path(checkpoint).name}), whose "

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 from test_train import log_by_step, run_in_process
 
 from modeling.arguments import ConfigurationError
-from modeling.trainer import StopTime, TransformerSeq2SeqTrainer, first_process_flag
+from modeling.trainer import StopTime, TrainingClock, TransformerSeq2SeqTrainer, first_process_flag
 
 TINY = ["--max_train_samples", "64", "--max_tokens", "128", "--max_eval_samples", "4", "--max_test_samples", "4",
         "--max_steps", "6"]
@@ -162,6 +162,27 @@ def test_a_step_its_interval_saved_is_not_saved_again_over_itself_nor_evaluated_
     assert saved["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] >= 1000
     assert path.stat().st_mode & 0o777 == (out / "checkpoint-4" / "config.json").stat().st_mode & 0o777
     assert not list((out / "checkpoint-4").glob(".*"))
+
+
+def test_a_run_that_passed_the_limit_only_after_its_last_step_goes_on_from_it_with_more_steps(
+        tmp_path, monkeypatch):
+    """The run's own state, saved after its last checkpoint (loading its best model, evaluating), passed a limit
+    that checkpoint, at the same step, had not: no step came after it, so more steps go on from it."""
+    clock, on_train_end = SetClock(), TrainingClock.on_train_end
+
+    def ended_past_the_limit(self, *args, **kwargs):
+        clock.now = 10_000.0
+        return on_train_end(self, *args, **kwargs)
+
+    monkeypatch.setattr("modeling.trainer.time", clock)
+    monkeypatch.setattr(TrainingClock, "on_train_end", ended_past_the_limit)
+    out, common = tmp_path / "run", [*TINY[:-2], "--eval_strategy", "no", "--save_steps", "3",
+                                     "--stop_time_hours", str(1000 / 3600)]
+    run_in_process(out, *common, "--max_steps", "6")
+    assert state_of(out)["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] >= 1000
+    clock.now = 0.0
+    run_in_process(out, *common, "--max_steps", "9", "--resume_from_checkpoint", "last")
+    assert state_of(out)["global_step"] == 9
 
 
 @pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])
