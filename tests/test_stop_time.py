@@ -105,17 +105,23 @@ class SetClock:
         return self.now
 
 
-@pytest.fixture
-def limit_passed_at_epoch_end(monkeypatch):
-    """The training clock stands still at 0 s until the first epoch ends, then reads 10,000 s."""
-    clock, on_epoch_end = SetClock(), StopTime.on_epoch_end
+def clock_jumps_at(monkeypatch, callback: type, event: str) -> SetClock:
+    """The training clock stands still (at 0 s) until `callback`'s `event` (e.g. StopTime's on_epoch_end) comes,
+    then reads 10,000 s."""
+    clock, handler = SetClock(), getattr(callback, event)
 
-    def epoch_end_past_the_limit(self, *args, **kwargs):
+    def jumped(self, *args, **kwargs):
         clock.now = 10_000.0
-        return on_epoch_end(self, *args, **kwargs)
+        return handler(self, *args, **kwargs)
 
     monkeypatch.setattr("modeling.trainer.time", clock)
-    monkeypatch.setattr(StopTime, "on_epoch_end", epoch_end_past_the_limit)
+    monkeypatch.setattr(callback, event, jumped)
+    return clock
+
+
+@pytest.fixture
+def limit_passed_at_epoch_end(monkeypatch):
+    clock_jumps_at(monkeypatch, StopTime, "on_epoch_end")
 
 
 def test_stopped_at_an_epoch_end_the_step_is_not_evaluated_again_and_its_save_records_the_stop(
@@ -168,14 +174,7 @@ def test_a_run_that_passed_the_limit_only_after_its_last_step_goes_on_from_it_wi
         tmp_path, monkeypatch):
     """The run's own state, saved after its last checkpoint (loading its best model, evaluating), passed a limit
     that checkpoint, at the same step, had not: no step came after it, so more steps go on from it."""
-    clock, on_train_end = SetClock(), TrainingClock.on_train_end
-
-    def ended_past_the_limit(self, *args, **kwargs):
-        clock.now = 10_000.0
-        return on_train_end(self, *args, **kwargs)
-
-    monkeypatch.setattr("modeling.trainer.time", clock)
-    monkeypatch.setattr(TrainingClock, "on_train_end", ended_past_the_limit)
+    clock = clock_jumps_at(monkeypatch, TrainingClock, "on_train_end")
     out, common = tmp_path / "run", [*TINY[:-2], "--eval_strategy", "no", "--save_steps", "3",
                                      "--stop_time_hours", str(1000 / 3600)]
     run_in_process(out, *common, "--max_steps", "6")
