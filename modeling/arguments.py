@@ -212,7 +212,8 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             "help": "Stop training once the run has trained this long, in hours (0.25: 15 minutes), its evaluations "
             "and saves included and counted across resumptions, as fairseq's --stop-time-hours does: checked every "
             "--logging_steps steps and at each epoch end, where training then ends as at its planned end "
-            "(--max_steps, or --num_train_epochs), with a save and an evaluation."
+            "(--max_steps, or --num_train_epochs): its last step saved and evaluated (one its save interval saved at "
+            "an epoch's end stays as saved), the time that stopped it recorded in that checkpoint."
         },
     )
     learning_rate: float = field(
