@@ -123,12 +123,29 @@ OPTIMIZER_KIND_KEYS = frozenset({
 })
 
 
+def plateau_difference(schedule: dict, learning_rate: float) -> str | None:
+    """Where a reduce_lr_on_plateau schedule's state did not start from `learning_rate`, what differs: it keeps no
+    base rate, only its current one, which is the start times its `factor` to some power, or its floor (`min_lrs`,
+    which hides the start). None where it matches, is no such state, or its start cannot be told."""
+    current, factor, floor = (schedule.get("_last_lr") or [None])[0], schedule.get("factor"), schedule.get("min_lrs")
+    if not all(isinstance(value, (int, float)) for value in (current, factor, learning_rate)) \
+            or not 0 < factor < 1 or current <= 0 or learning_rate <= 0:
+        return None
+    if floor and isinstance(floor[0], (int, float)) and math.isclose(current, floor[0], rel_tol=1e-6):
+        return None
+    reductions = max(0, round(math.log(current / learning_rate) / math.log(factor)))
+    if math.isclose(current, learning_rate * factor ** reductions, rel_tol=1e-6):
+        return None
+    return (f"--learning_rate {learning_rate:g} here, but its reduce_lr_on_plateau rate is {current:g}, which no "
+            f"number of reductions by its factor {factor:g} reaches from it")
+
+
 def refuse_other_optimization(checkpoint: str, training_args) -> None:
     """Refuse to resume with another optimizer or other optimizer settings than the checkpoint's: its optimizer and
     schedule state (`optimizer.pt`, or `optimizer.bin` under FSDP, and `scheduler.pt`) bring back their own, so the
     arguments given would be silently ignored (and the model card would report them), and another optimizer's state
-    fails at the first step. Compared: the learning rate (a schedule's base rate; reduce_lr_on_plateau keeps none),
-    the weight decay, the kind of optimizer, and every setting the Trainer hands it (Adam's betas and epsilon,
+    fails at the first step. Compared: the learning rate (a schedule's base rate; for reduce_lr_on_plateau, which
+    keeps none, whether its current rate is a reduction of the one given), the weight decay, the kind of optimizer, and every setting the Trainer hands it (Adam's betas and epsilon,
     `--optim_args`). Read memory-mapped: only the settings are loaded."""
     checkpoint = Path(checkpoint)
     optim = getattr(training_args.optim, "value", training_args.optim)
@@ -136,11 +153,13 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
         optimizer_class, passed = Trainer.get_optimizer_cls_and_kwargs(training_args)
     except ValueError:  # GaLore, APOLLO, LOMO: built from the model; their settings are the Trainer's to check
         optimizer_class, passed = None, {}
-    saved, given = {}, {}
+    saved, given, plateau_differences = {}, {}, []
     if (checkpoint / "scheduler.pt").is_file():
-        base_rates = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True).get("base_lrs")
-        if base_rates:
-            saved["--learning_rate"], given["--learning_rate"] = base_rates[0], training_args.learning_rate
+        schedule = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True)
+        if schedule.get("base_lrs"):
+            saved["--learning_rate"], given["--learning_rate"] = schedule["base_lrs"][0], training_args.learning_rate
+        elif plateau := plateau_difference(schedule, training_args.learning_rate):
+            plateau_differences.append(plateau)
     optimizer_file = next((checkpoint / name for name in ("optimizer.pt", "optimizer.bin")
                            if (checkpoint / name).is_file()), None)
     groups = (torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True).get("param_groups") or []
@@ -183,8 +202,9 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
     if all("weight_decay" in group for group in groups):  # decayed weights, then biases and norms at 0
         saved["--weight_decay"] = max(group["weight_decay"] for group in groups)
         given["--weight_decay"] = training_args.weight_decay
-    differences = [f"{flag} {saved[flag]:g} there, {given[flag]:g} here" for flag in saved
-                   if not math.isclose(saved[flag], given[flag], rel_tol=1e-6, abs_tol=1e-12)]
+    differences = plateau_differences + [
+        f"{flag} {saved[flag]:g} there, {given[flag]:g} here" for flag in saved
+        if not math.isclose(saved[flag], given[flag], rel_tol=1e-6, abs_tol=1e-12)]
     if differences:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint}: its optimizer and schedule continue with their own settings "

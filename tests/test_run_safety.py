@@ -158,6 +158,32 @@ def test_the_card_gives_every_launch_of_a_resumed_run(earlier_run, tmp_path):
         None, str(folder / "checkpoint-8"), str(folder / "checkpoint-12")]
 
 
+def test_a_plateau_schedule_resumes_with_its_own_learning_rate_and_refuses_another(tmp_path):
+    """reduce_lr_on_plateau keeps no base rate, only its current one: that is compared with the rate given, reduced
+    by its factor as often as it was (here after each evaluation, as none counts as better with a threshold of 10)."""
+    from modeling.training import plateau_difference
+
+    plateau = ["--lr_scheduler", "reduce_lr_on_plateau", "--eval_strategy", "steps", "--eval_steps", "2",
+               "--lr_scheduler_kwargs", '{"factor": 0.5, "patience": 0, "threshold": 10}', "--learning_rate", "0.01"]
+    run(tmp_path / "run", "--max_steps", "4", "--save_steps", "4", *plateau)
+    schedule = torch.load(tmp_path / "run" / "checkpoint-4" / "scheduler.pt", weights_only=True)
+    assert schedule["_last_lr"][0] == pytest.approx(0.0025)  # reduced twice
+    with pytest.raises(ConfigurationError, match=r"checkpoint-4: its optimizer and schedule continue with their own "
+                                                 r"settings \(--learning_rate 0.003 here, but its reduce_lr_on_plateau "
+                                                 r"rate is 0.0025, which no number of reductions by its factor 0.5 "
+                                                 r"reaches from it\)"):
+        run(tmp_path / "run", "--max_steps", "6", *plateau, "--learning_rate", "0.003", "--resume_from_checkpoint",
+            "last")
+    run(tmp_path / "run", "--max_steps", "6", *plateau, "--resume_from_checkpoint", "last")
+    assert (tmp_path / "run" / "checkpoint-6").is_dir()
+    # a rate at its floor hides the start; a schedule with a base rate is compared by it instead
+    floor = {"_last_lr": [0.001], "factor": 0.5, "min_lrs": [0.001]}
+    assert plateau_difference(floor, 0.003) is None
+    assert plateau_difference({**floor, "min_lrs": [0]}, 0.003) is not None
+    assert plateau_difference({**floor, "min_lrs": [0]}, 0.004) is None
+    assert plateau_difference({"base_lrs": [0.003], "last_epoch": 4}, 0.01) is None
+
+
 @pytest.mark.parametrize("optim", [
     ["adafactor"], ["rmsprop"], ["sgd", "--optim_args", "momentum=0.9,weight_decay=0.01"],
 ])
