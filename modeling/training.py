@@ -124,20 +124,25 @@ OPTIMIZER_KIND_KEYS = frozenset({
 
 
 def plateau_difference(schedule: dict, learning_rate: float) -> str | None:
-    """Where a reduce_lr_on_plateau schedule's state did not start from `learning_rate`, what differs: it keeps no
-    base rate, only its current one, which is the start times its `factor` to some power, or its floor (`min_lrs`,
-    which hides the start). None where it matches, is no such state, or its start cannot be told."""
+    """Where a reduce_lr_on_plateau schedule's state cannot have started from `learning_rate`, what differs. It keeps
+    no base rate, only its current one: the start times its `factor` once per reduction, of which its steps allow
+    at most 1 + (steps - patience - 1) // (cooldown + patience + 1), or its floor (`min_lrs`, which hides the
+    start). None where it could have, is no such state (`mode_worse` marks one) or its start cannot be told."""
     current, factor, floor = (schedule.get("_last_lr") or [None])[0], schedule.get("factor"), schedule.get("min_lrs")
-    if not all(isinstance(value, (int, float)) for value in (current, factor, learning_rate)) \
+    steps, patience, cooldown = (schedule.get(key) for key in ("last_epoch", "patience", "cooldown"))
+    if "mode_worse" not in schedule or not all(
+            isinstance(value, (int, float)) for value in (current, factor, learning_rate, steps, patience, cooldown)) \
             or not 0 < factor < 1 or current <= 0 or learning_rate <= 0:
         return None
     if floor and isinstance(floor[0], (int, float)) and math.isclose(current, floor[0], rel_tol=1e-6):
         return None
-    reductions = max(0, round(math.log(current / learning_rate) / math.log(factor)))
-    if math.isclose(current, learning_rate * factor ** reductions, rel_tol=1e-6):
+    most = 0 if steps <= patience else 1 + (steps - patience - 1) // (cooldown + patience + 1)
+    if any(math.isclose(current, learning_rate * factor ** reductions, rel_tol=1e-6)
+           for reductions in range(int(most) + 1)):
         return None
-    return (f"--learning_rate {learning_rate:g} here, but its reduce_lr_on_plateau rate is {current:g}, which no "
-            f"number of reductions by its factor {factor:g} reaches from it")
+    return (f"--learning_rate {learning_rate:g} here, but its reduce_lr_on_plateau rate is {current:g}, not "
+            f"{learning_rate:g} reduced by its factor {factor:g} up to {int(most)} time(s), as its {int(steps)} "
+            "evaluation(s) allow")
 
 
 def refuse_other_optimization(checkpoint: str, training_args) -> None:
@@ -145,8 +150,9 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
     schedule state (`optimizer.pt`, or `optimizer.bin` under FSDP, and `scheduler.pt`) bring back their own, so the
     arguments given would be silently ignored (and the model card would report them), and another optimizer's state
     fails at the first step. Compared: the learning rate (a schedule's base rate; for reduce_lr_on_plateau, which
-    keeps none, whether its current rate is a reduction of the one given), the weight decay, the kind of optimizer, and every setting the Trainer hands it (Adam's betas and epsilon,
-    `--optim_args`). Read memory-mapped: only the settings are loaded."""
+    keeps none, whether its current rate can be the one given after its reductions), the weight decay, the kind of
+    optimizer, and every setting the Trainer hands it (Adam's betas and epsilon, `--optim_args`). Read
+    memory-mapped: only the settings are loaded."""
     checkpoint = Path(checkpoint)
     optim = getattr(training_args.optim, "value", training_args.optim)
     try:
@@ -156,8 +162,8 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
     saved, given, plateau_differences = {}, {}, []
     if (checkpoint / "scheduler.pt").is_file():
         schedule = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True)
-        if schedule.get("base_lrs"):
-            saved["--learning_rate"], given["--learning_rate"] = schedule["base_lrs"][0], training_args.learning_rate
+        if base_rates := schedule.get("base_lrs") or schedule.get("_init_lrs"):  # _init_lrs: transformers' greedy
+            saved["--learning_rate"], given["--learning_rate"] = base_rates[0], training_args.learning_rate
         elif plateau := plateau_difference(schedule, training_args.learning_rate):
             plateau_differences.append(plateau)
     optimizer_file = next((checkpoint / name for name in ("optimizer.pt", "optimizer.bin")

@@ -160,7 +160,8 @@ def test_the_card_gives_every_launch_of_a_resumed_run(earlier_run, tmp_path):
 
 def test_a_plateau_schedule_resumes_with_its_own_learning_rate_and_refuses_another(tmp_path):
     """reduce_lr_on_plateau keeps no base rate, only its current one: that is compared with the rate given, reduced
-    by its factor as often as it was (here after each evaluation, as none counts as better with a threshold of 10)."""
+    by its factor as often as its evaluations allow (here it reduces after each one, as none counts as better with
+    a threshold of 10). transformers' greedy schedule, which also raises its rate, keeps its start: compared."""
     from modeling.training import plateau_difference
 
     plateau = ["--lr_scheduler", "reduce_lr_on_plateau", "--eval_strategy", "steps", "--eval_steps", "2",
@@ -170,18 +171,35 @@ def test_a_plateau_schedule_resumes_with_its_own_learning_rate_and_refuses_anoth
     assert schedule["_last_lr"][0] == pytest.approx(0.0025)  # reduced twice
     with pytest.raises(ConfigurationError, match=r"checkpoint-4: its optimizer and schedule continue with their own "
                                                  r"settings \(--learning_rate 0.003 here, but its reduce_lr_on_plateau "
-                                                 r"rate is 0.0025, which no number of reductions by its factor 0.5 "
-                                                 r"reaches from it\)"):
+                                                 r"rate is 0.0025, not 0.003 reduced by its factor 0.5 up to 2 "
+                                                 r"time\(s\), as its 2 evaluation\(s\) allow\)"):
         run(tmp_path / "run", "--max_steps", "6", *plateau, "--learning_rate", "0.003", "--resume_from_checkpoint",
             "last")
     run(tmp_path / "run", "--max_steps", "6", *plateau, "--resume_from_checkpoint", "last")
     assert (tmp_path / "run" / "checkpoint-6").is_dir()
-    # a rate at its floor hides the start; a schedule with a base rate is compared by it instead
-    floor = {"_last_lr": [0.001], "factor": 0.5, "min_lrs": [0.001]}
-    assert plateau_difference(floor, 0.003) is None
-    assert plateau_difference({**floor, "min_lrs": [0]}, 0.003) is not None
-    assert plateau_difference({**floor, "min_lrs": [0]}, 0.004) is None
-    assert plateau_difference({"base_lrs": [0.003], "last_epoch": 4}, 0.01) is None
+
+    greedy = ["--lr_scheduler", "greedy", "--eval_strategy", "steps", "--eval_steps", "2", "--learning_rate", "0.01",
+              "--lr_scheduler_kwargs", '{"patience": 0, "warmup": 0, "cooldown": 0, "min_lr": 0, "max_lr": 1}']
+    run(tmp_path / "greedy", "--max_steps", "6", "--save_steps", "6", *greedy)
+    schedule = torch.load(tmp_path / "greedy" / "checkpoint-6" / "scheduler.pt", weights_only=True)
+    assert schedule["_last_lr"][0] == pytest.approx(0.01 * 0.95)  # up once, then down twice (BLEU stays 0)
+    with pytest.raises(ConfigurationError, match=r"\(--learning_rate 0.01 there, 0.003 here\)"):
+        run(tmp_path / "greedy", "--max_steps", "8", *greedy, "--learning_rate", "0.003", "--resume_from_checkpoint",
+            "last")
+    run(tmp_path / "greedy", "--max_steps", "8", *greedy, "--resume_from_checkpoint", "last")
+    assert (tmp_path / "greedy" / "checkpoint-8").is_dir()
+
+    # a rate at its floor hides the start; reductions no evaluation allowed yet are not assumed (torch's default
+    # factor 0.1 made a tenfold rate pass)
+    state = {"_last_lr": [0.001], "factor": 0.5, "min_lrs": [0.001], "last_epoch": 3, "patience": 0, "cooldown": 0,
+             "mode_worse": float("inf")}
+    assert plateau_difference(state, 0.003) is None
+    assert plateau_difference({**state, "min_lrs": [0]}, 0.003) is not None
+    assert plateau_difference({**state, "min_lrs": [0]}, 0.004) is None  # two reductions
+    assert plateau_difference({**state, "min_lrs": [0], "patience": 1}, 0.004) is not None  # one at most
+    assert plateau_difference({**state, "min_lrs": [0], "factor": 0.1, "last_epoch": 0}, 0.01) is not None
+    assert plateau_difference({**state, "min_lrs": [0], "factor": 0.1, "last_epoch": 1}, 0.01) is None
+    assert plateau_difference({"_last_lr": [0.001], "factor": 0.5, "_init_lrs": [0.003]}, 0.01) is None  # greedy's
 
 
 @pytest.mark.parametrize("optim", [
