@@ -11,9 +11,9 @@
 #      deadline at most
 # Name the steps in the order they matter: a step that cannot fit in the time left before the deadline is skipped (a
 # recipe needs RECIPE_TAIL_S + 120 s, checks 240, the benchmark 180), and each is cut to the deadline: a recipe trains
-# for the time left less RECIPE_TAIL_S (default 240: data, tokenizer, the final evaluations, averaging, three beam-4
-# scorings) and at most its config's stop_time_hours (train.py's --stop_time_hours); the benchmark is interrupted (it
-# keeps what it measured).
+# for the time left less RECIPE_TAIL_S (default 260: data, tokenizer, the final evaluations, averaging, three beam-4
+# scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's --stop_time_hours); the benchmark
+# is interrupted (it keeps what it measured).
 # The open issues' GPU parts take a lease each, one per task that draws a machine, in this order (each lease's steps
 # in one `start`; a recipe, like the benchmark, takes the rest of its lease): 1. checks benchmark (GPU training works
 # at all, bf16, FSDP; the performance issue's figures), 2. recipe:multi30k_de_en, 3. recipe:multi30k_en_de,
@@ -29,7 +29,8 @@
 #                      generate --fresh_runs 1), e.g. benchmark:--sizes,base,--only,train,--compile
 #   recipe:NAME[:ARGS] configs/NAME.yaml trained on Multi30k (ARGS: extra train.py flags, comma-separated, e.g.
 #                      recipe:multi30k_de_en:--norm_first=true); then the last 5 checkpoints averaged, the average and
-#                      the best checkpoint scored with beam 4 on validation, and the better of the two once on test
+#                      the best checkpoint scored with beam 4 on validation, the better of the two with beam 6 too,
+#                      and it once on test with the better beam
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -110,7 +111,7 @@ print(c['source_lang'], c['target_lang'])" "configs/$name.yaml") || return 1
     rm -rf "$run" "$run-avg"
     hours=$(python3 -c "import sys, yaml; limit = yaml.safe_load(open(sys.argv[1])).get('stop_time_hours'); \
 left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or left):.4f}')" \
-        "configs/$name.yaml" "$(seconds_left)" "${RECIPE_TAIL_S:-240}") || return 1
+        "configs/$name.yaml" "$(seconds_left)" "${RECIPE_TAIL_S:-260}") || return 1
     echo "training for at most $hours hours (the lease's deadline, or the config's stop_time_hours)"
     record "$json" step="$2" stop_time_hours="$hours"
     # shellcheck disable=SC2086
@@ -119,9 +120,8 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
     local trained=$?
     record "$json" train=@"$run/train_results.json" trainer_state=@"$run/trainer_state.json"
     [ "$trained" = 0 ] || return 1
-    local scores=(--data_dir "$data" --source_lang "$source" --target_lang "$target" --num_beams 4 --batch_size 128
-                  --quiet)
-    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run" --split validation "${scores[@]}" \
+    local scores=(--data_dir "$data" --source_lang "$source" --target_lang "$target" --batch_size 128 --quiet) beam=4
+    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run" --split validation --num_beams 4 "${scores[@]}" \
         --output_dir "$run/eval-validation" || return 1
     record "$json" validation_best_checkpoint=@"$run/eval-validation/results.json"
     # the average of the last 5 saves (fewer where the deadline cut training short; none below 2), if it does better
@@ -131,16 +131,26 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
     if [ "$saves" -ge 2 ] &&
         timeout "$(until_deadline 5)" python3 scripts/average_checkpoints.py "$run" --last "$saves" \
             --output_dir "$run-avg" &&
-        timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run-avg" --split validation "${scores[@]}" \
-            --output_dir "$run-avg/eval-validation"; then
+        timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run-avg" --split validation --num_beams 4 \
+            "${scores[@]}" --output_dir "$run-avg/eval-validation"; then
         record "$json" averaged_saves="$saves" validation_averaged=@"$run-avg/eval-validation/results.json"
         chosen=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/eval-validation/results.json'))['bleu'] \
 for path in sys.argv[1:]]; print(sys.argv[1 + (bleu[1] > bleu[0])])" "$run" "$run-avg") || return 1
     fi
-    # chosen on validation; test is scored once, for this one
     record "$json" chosen="$([ "$chosen" = "$run" ] && echo "best checkpoint" || echo "average of the last $saves")"
-    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$chosen" --split test_2016_flickr "${scores[@]}" \
-        --output_dir "$chosen/eval-test" || return 1
+    # its beam, 4 (the paper's) or 6, on validation too, where a minute is left for the test scoring after it
+    if [ "$(seconds_left)" -gt 120 ] &&
+        timeout "$(until_deadline 60)" python3 scripts/evaluate.py "$chosen" --split validation --num_beams 6 \
+            "${scores[@]}" --output_dir "$chosen/eval-validation-beam6"; then
+        record "$json" validation_chosen_beam6=@"$chosen/eval-validation-beam6/results.json"
+        beam=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/results.json'))['bleu'] \
+for path in sys.argv[1:]]; print(6 if bleu[1] > bleu[0] else 4)" "$chosen/eval-validation" \
+            "$chosen/eval-validation-beam6") || return 1
+    fi
+    # chosen on validation; test is scored once, for this one
+    record "$json" beam="$beam"
+    timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$chosen" --split test_2016_flickr --num_beams "$beam" \
+        "${scores[@]}" --output_dir "$chosen/eval-test" || return 1
     record "$json" test_chosen=@"$chosen/eval-test/results.json"
 }
 
@@ -154,7 +164,7 @@ until_deadline() {
 
 needs() {  # the seconds a step needs to be worth starting
     case $1 in
-        recipe:*) echo $(( ${RECIPE_TAIL_S:-240} + 120 )) ;;
+        recipe:*) echo $(( ${RECIPE_TAIL_S:-260} + 120 )) ;;
         checks) echo 240 ;;
         *) echo 180 ;;
     esac
