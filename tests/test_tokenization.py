@@ -167,18 +167,19 @@ def test_training_from_plain_and_gzip_files_equals_training_from_strings(tmp_pat
 
 def test_runs_longer_than_any_word_are_trained_on_in_pieces():
     """The BPE trainer's time grows with the square of a word's length (one 400,000-character run of letters took
-    105 s to train on, 6 s in pieces): a run of more than TRAINING_RUN_LENGTH non-space characters is trained on in
-    pieces of that length. Sentences are trained on as they are, and the tokenizer still encodes the whole run."""
+    105 s to train on, 6 s in pieces): a run of more than TRAINING_RUN_LENGTH non-space characters, or of spaces, is
+    trained on in pieces of that length. Sentences are trained on as they are, and the tokenizer still encodes the whole run."""
     blob = "".join(random.Random(0).choice("abcdefghij") for _ in range(3000))
-    texts = [*CORPUS, f"Ein Hund {blob} läuft, {blob[:TRAINING_RUN_LENGTH]} bleibt."]
+    texts = [*CORPUS, f"Ein Hund {blob} läuft, {blob[:TRAINING_RUN_LENGTH]} bleibt.", "a" + " " * 300 + "b"]
     pieces = _cut_long_runs(texts)
     assert pieces[:len(CORPUS)] == CORPUS
-    cut = pieces[len(CORPUS):]
-    assert "".join(cut) == texts[-1] and len(cut) == 3000 // TRAINING_RUN_LENGTH + 1
+    cut = pieces[len(CORPUS):-3]
+    assert "".join(cut) == texts[-2] and len(cut) == 3000 // TRAINING_RUN_LENGTH + 1
     assert max(len(run) for piece in cut for run in piece.split()) == TRAINING_RUN_LENGTH
+    assert [len(piece) for piece in pieces[-3:]] == [1 + TRAINING_RUN_LENGTH, TRAINING_RUN_LENGTH, 300 + 2 - 257]
     tokenizer = train_tokenizer(texts, vocab_size=600, min_frequency=1)
     assert tokenizer.get_vocab() == train_tokenizer(pieces, vocab_size=600, min_frequency=1).get_vocab()
-    assert tokenizer.decode(tokenizer(texts[-1]).input_ids, skip_special_tokens=True) == texts[-1]
+    assert tokenizer.decode(tokenizer(texts[-2]).input_ids, skip_special_tokens=True) == texts[-2]
 
 
 def test_separate_tokenizers_save_and_load_as_a_pair(tmp_path):
