@@ -33,7 +33,6 @@ import gzip
 import itertools
 import logging
 import os
-import re
 import shutil
 import zlib
 from collections.abc import Iterable, Iterator
@@ -54,12 +53,11 @@ PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID, UNK_TOKEN_ID = range(len(SPECIAL_TOKEN
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
 _TEXT_BATCH_SIZE = 1000
-# Tokenizer training cuts runs of non-space characters, or of whitespace, longer than this into pieces of this
-# length: the BPE trainer spends time quadratic in a word's length (a run of 400,000 letters took 105 s, in pieces
-# 6 s; 200,000 spaces 38 s), and no merge learned beyond it would be a token of real text. Sentences hold no such
-# run (Multi30k's longest word: 36 characters).
-TRAINING_RUN_LENGTH = 128
-_LONG_RUN = re.compile(rf"\S{{{TRAINING_RUN_LENGTH + 1},}}|\s{{{TRAINING_RUN_LENGTH + 1},}}")
+# Tokenizer training cuts a word (as its pre-tokenizer splits text) longer than this many characters into pieces of
+# this length: the BPE trainer spends time quadratic in a word's length (a 400,000-letter word took 105 s, in pieces
+# of 128 6 s; 200,000 spaces 38 s), and no merge learned beyond it would be a token of real text. Only texts longer
+# than this are looked at; sentences, and their words, are trained on as they are.
+TRAINING_WORD_LENGTH = 1024
 
 TextSource = str | os.PathLike | Iterable[str | os.PathLike]
 
@@ -146,18 +144,24 @@ def _text_batches(texts_or_files: TextSource) -> Iterator[list[str]]:
         yield pending
 
 
-def _cut_long_runs(batch: list[str]) -> list[str]:
-    """The texts of `batch`, each run of more than TRAINING_RUN_LENGTH non-space characters, or of whitespace, cut
-    into pieces of that length (the text around a run stays with its first and last piece; no character is added or
-    lost)."""
+def _cut_long_words(batch: list[str], tokenizer: Tokenizer) -> list[str]:
+    """The texts of `batch`, each word longer than TRAINING_WORD_LENGTH characters (after `tokenizer`'s normalizer and
+    pre-tokenizer) cut into pieces of that length. A text that is cut is given normalized, in pieces, without the
+    space the normalizer prepends, which training prepends to each piece again; no other character is added or lost."""
     pieces = []
     for text in batch:
-        start = 0
-        for match in _LONG_RUN.finditer(text) if len(text) > TRAINING_RUN_LENGTH else ():
-            for cut in range(match.start() + TRAINING_RUN_LENGTH, match.end(), TRAINING_RUN_LENGTH):
-                pieces.append(text[start:cut])
-                start = cut
-        pieces.append(text[start:])
+        if len(text) <= TRAINING_WORD_LENGTH:
+            pieces.append(text)
+            continue
+        normalized = tokenizer.normalizer.normalize_str(text)
+        cuts = [cut for _, (start, end) in tokenizer.pre_tokenizer.pre_tokenize_str(normalized)
+                for cut in range(start + TRAINING_WORD_LENGTH, end, TRAINING_WORD_LENGTH)]
+        if not cuts:
+            pieces.append(text)
+            continue
+        prepended = len(tokenizer.normalizer.normalize_str("x")) - 1
+        bounds = [prepended, *cuts, len(normalized)]
+        pieces.extend(normalized[start:end] for start, end in zip(bounds, bounds[1:]))
     return pieces
 
 
@@ -208,7 +212,9 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    tokenizer.train_from_iterator(map(_cut_long_runs, _text_batches(texts_or_files)), trainer=trainer)
+    splitter = _build_backend_tokenizer()  # not the one in training, which holds it while it reads the batches
+    batches = (_cut_long_words(batch, splitter) for batch in _text_batches(texts_or_files))
+    tokenizer.train_from_iterator(batches, trainer=trainer)
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == expected_id, f"{token} got id {tokenizer.token_to_id(token)}"
     if tokenizer.get_vocab_size() == MIN_VOCAB_SIZE < vocab_size:  # room for merges, but none learned

@@ -16,8 +16,9 @@ from modeling.tokenization import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
     TARGET_TOKENIZER_SUBDIR,
-    TRAINING_RUN_LENGTH,
-    _cut_long_runs,
+    TRAINING_WORD_LENGTH,
+    _build_backend_tokenizer,
+    _cut_long_words,
     dataset_texts,
     load_tokenizers,
     read_lines,
@@ -165,21 +166,28 @@ def test_training_from_plain_and_gzip_files_equals_training_from_strings(tmp_pat
         train_tokenizer([tmp_path / "missing.txt"])
 
 
-def test_runs_longer_than_any_word_are_trained_on_in_pieces():
-    """The BPE trainer's time grows with the square of a word's length (one 400,000-character run of letters took
-    105 s to train on, 6 s in pieces): a run of more than TRAINING_RUN_LENGTH non-space characters, or of spaces, is
-    trained on in pieces of that length. Sentences are trained on as they are, and the tokenizer still encodes the whole run."""
+def test_words_longer_than_any_real_word_are_trained_on_in_pieces():
+    """The BPE trainer's time grows with the square of a word's length (one 400,000-letter word took 105 s to train
+    on, 6 s in pieces): a word (as the pre-tokenizer splits text) of more than TRAINING_WORD_LENGTH characters is
+    trained on in pieces of that length. Sentences, unspaced scripts' included, are trained on as they are, and the
+    tokenizer still encodes the whole word."""
+    backend = _build_backend_tokenizer()
     blob = "".join(random.Random(0).choice("abcdefghij") for _ in range(3000))
-    texts = [*CORPUS, f"Ein Hund {blob} läuft, {blob[:TRAINING_RUN_LENGTH]} bleibt.", "a" + " " * 300 + "b"]
-    pieces = _cut_long_runs(texts)
-    assert pieces[:len(CORPUS)] == CORPUS
-    cut = pieces[len(CORPUS):-3]
-    assert "".join(cut) == texts[-2] and len(cut) == 3000 // TRAINING_RUN_LENGTH + 1
-    assert max(len(run) for piece in cut for run in piece.split()) == TRAINING_RUN_LENGTH
-    assert [len(piece) for piece in pieces[-3:]] == [1 + TRAINING_RUN_LENGTH, TRAINING_RUN_LENGTH, 300 + 2 - 257]
+    chinese = "这一计划得到了各国政府和人民的普遍支持和积极响应，" * 50  # 1,250 characters, clauses of 24
+    long_texts = [f"Ein Hund {blob} läuft, {blob[:TRAINING_WORD_LENGTH - 1]} bleibt.", "a" + " " * 1500 + "b",
+                  "!\x1c" * 600]  # letters; spaces; punctuation and a control character Python counts as a space
+    pieces = _cut_long_words([*CORPUS, chinese, *long_texts], backend)
+    assert pieces[:len(CORPUS) + 1] == [*CORPUS, chinese]
+    cut = pieces[len(CORPUS) + 1:]
+    assert len(cut) == 3 + 2 + 2  # the second blob, with its space, is a word of TRAINING_WORD_LENGTH: not cut
+    assert "".join(cut) == "".join(unicodedata.normalize("NFKC", text) for text in long_texts)
+    words = [word for piece in cut for word, _ in backend.pre_tokenizer.pre_tokenize_str(" " + piece)]
+    assert max(len(word) for word in words) <= TRAINING_WORD_LENGTH + 1  # + the space training prepends
+    texts = [*CORPUS, *long_texts]
     tokenizer = train_tokenizer(texts, vocab_size=600, min_frequency=1)
-    assert tokenizer.get_vocab() == train_tokenizer(pieces, vocab_size=600, min_frequency=1).get_vocab()
-    assert tokenizer.decode(tokenizer(texts[-2]).input_ids, skip_special_tokens=True) == texts[-2]
+    assert tokenizer.get_vocab() == train_tokenizer(_cut_long_words(texts, backend), vocab_size=600,
+                                                    min_frequency=1).get_vocab()
+    assert tokenizer.decode(tokenizer(long_texts[0]).input_ids, skip_special_tokens=True) == long_texts[0]
 
 
 def test_separate_tokenizers_save_and_load_as_a_pair(tmp_path):

@@ -121,31 +121,39 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
     record "$json" train=@"$run/train_results.json" trainer_state=@"$run/trainer_state.json"
     [ "$trained" = 0 ] || return 1
     local scores=(--data_dir "$data" --source_lang "$source" --target_lang "$target" --batch_size 128 --quiet) beam=4
+    local began=$SECONDS seconds_best seconds_avg seconds4 seconds6
     timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run" --split validation --num_beams 4 "${scores[@]}" \
         --output_dir "$run/eval-validation" || return 1
+    seconds_best=$(( SECONDS - began + 1 ))
     record "$json" validation_best_checkpoint=@"$run/eval-validation/results.json"
     # the average of the last 5 saves (fewer where the deadline cut training short; none below 2), if it does better
     saves=$(find "$run" -maxdepth 1 -name 'checkpoint-*' -type d | wc -l)
     [ "$saves" -gt 5 ] && saves=5
-    chosen=$run
+    chosen=$run seconds4=$seconds_best
     if [ "$saves" -ge 2 ] &&
         timeout "$(until_deadline 5)" python3 scripts/average_checkpoints.py "$run" --last "$saves" \
-            --output_dir "$run-avg" &&
+            --output_dir "$run-avg" && began=$SECONDS &&
         timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run-avg" --split validation --num_beams 4 \
             "${scores[@]}" --output_dir "$run-avg/eval-validation"; then
+        seconds_avg=$(( SECONDS - began + 1 ))
         record "$json" averaged_saves="$saves" validation_averaged=@"$run-avg/eval-validation/results.json"
         chosen=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/eval-validation/results.json'))['bleu'] \
 for path in sys.argv[1:]]; print(sys.argv[1 + (bleu[1] > bleu[0])])" "$run" "$run-avg") || return 1
+        [ "$chosen" = "$run-avg" ] && seconds4=$seconds_avg
     fi
     record "$json" chosen="$([ "$chosen" = "$run" ] && echo "best checkpoint" || echo "average of the last $saves")"
-    # its beam, 4 (the paper's) or 6, on validation too, where a minute is left for the test scoring after it
-    if [ "$(seconds_left)" -gt 120 ] &&
-        timeout "$(until_deadline 60)" python3 scripts/evaluate.py "$chosen" --split validation --num_beams 6 \
-            "${scores[@]}" --output_dir "$chosen/eval-validation-beam6"; then
+    # its beam, 4 (the paper's) or 6, on validation too, where the time left holds it and a test scoring after it with
+    # either beam (each counted as twice its beam-4 validation scoring, plus 20 s); beam 6 only if its own measured
+    # time is still left for the test
+    if [ "$(seconds_left)" -gt $(( 4 * seconds4 + 45 )) ] && began=$SECONDS &&
+        timeout "$(until_deadline $(( 2 * seconds4 + 20 )))" python3 scripts/evaluate.py "$chosen" --split validation \
+            --num_beams 6 "${scores[@]}" --output_dir "$chosen/eval-validation-beam6"; then
+        seconds6=$(( SECONDS - began + 1 ))
         record "$json" validation_chosen_beam6=@"$chosen/eval-validation-beam6/results.json"
         beam=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/results.json'))['bleu'] \
 for path in sys.argv[1:]]; print(6 if bleu[1] > bleu[0] else 4)" "$chosen/eval-validation" \
-            "$chosen/eval-validation-beam6") || return 1
+            "$chosen/eval-validation-beam6") || beam=4
+        [ "$beam" = 6 ] && [ "$(seconds_left)" -le $(( seconds6 + 20 )) ] && beam=4
     fi
     # chosen on validation; test is scored once, for this one
     record "$json" beam="$beam"
