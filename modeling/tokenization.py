@@ -148,18 +148,15 @@ def _cut_long_words(batch: list[str], tokenizer: Tokenizer) -> list[str]:
     """The texts of `batch`, each word longer than TRAINING_WORD_LENGTH characters (after `tokenizer`'s normalizer and
     pre-tokenizer) cut into pieces of that length. A text that is cut is given normalized, in pieces, without the
     space the normalizer prepends, which training prepends to each piece again; no other character is added or lost."""
+    prepended = len(tokenizer.normalizer.normalize_str("x")) - 1
     pieces = []
     for text in batch:
-        if len(text) <= TRAINING_WORD_LENGTH:
-            pieces.append(text)
-            continue
-        normalized = tokenizer.normalizer.normalize_str(text)
+        normalized = tokenizer.normalizer.normalize_str(text) if len(text) > TRAINING_WORD_LENGTH else ""
         cuts = [cut for _, (start, end) in tokenizer.pre_tokenizer.pre_tokenize_str(normalized)
                 for cut in range(start + TRAINING_WORD_LENGTH, end, TRAINING_WORD_LENGTH)]
         if not cuts:
             pieces.append(text)
             continue
-        prepended = len(tokenizer.normalizer.normalize_str("x")) - 1
         bounds = [prepended, *cuts, len(normalized)]
         pieces.extend(normalized[start:end] for start, end in zip(bounds, bounds[1:]))
     return pieces

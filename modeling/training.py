@@ -159,13 +159,13 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
         optimizer_class, passed = Trainer.get_optimizer_cls_and_kwargs(training_args)
     except ValueError:  # GaLore, APOLLO, LOMO: built from the model; their settings are the Trainer's to check
         optimizer_class, passed = None, {}
-    saved, given, plateau_differences = {}, {}, []
+    saved, given, differences = {}, {}, []
     if (checkpoint / "scheduler.pt").is_file():
         schedule = torch.load(checkpoint / "scheduler.pt", map_location="cpu", weights_only=True)
         if base_rates := schedule.get("base_lrs") or schedule.get("_init_lrs"):  # _init_lrs: transformers' greedy
             saved["--learning_rate"], given["--learning_rate"] = base_rates[0], training_args.learning_rate
         elif plateau := plateau_difference(schedule, training_args.learning_rate):
-            plateau_differences.append(plateau)
+            differences.append(plateau)
     optimizer_file = next((checkpoint / name for name in ("optimizer.pt", "optimizer.bin")
                            if (checkpoint / name).is_file()), None)
     groups = (torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True).get("param_groups") or []
@@ -208,9 +208,8 @@ def refuse_other_optimization(checkpoint: str, training_args) -> None:
     if all("weight_decay" in group for group in groups):  # decayed weights, then biases and norms at 0
         saved["--weight_decay"] = max(group["weight_decay"] for group in groups)
         given["--weight_decay"] = training_args.weight_decay
-    differences = plateau_differences + [
-        f"{flag} {saved[flag]:g} there, {given[flag]:g} here" for flag in saved
-        if not math.isclose(saved[flag], given[flag], rel_tol=1e-6, abs_tol=1e-12)]
+    differences += [f"{flag} {saved[flag]:g} there, {given[flag]:g} here" for flag in saved
+                    if not math.isclose(saved[flag], given[flag], rel_tol=1e-6, abs_tol=1e-12)]
     if differences:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint}: its optimizer and schedule continue with their own settings "

@@ -38,6 +38,7 @@ work=/tmp/gpu-session            # the machine keeps it while it stays warm
 data=$repo/device_carry/multi30k
 out=${OUT:-$work/out}
 mkdir -p "$work/steps" "$out"
+recipe_tail=${RECIPE_TAIL_S:-260}  # the seconds a recipe keeps after training (see above)
 export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
@@ -101,6 +102,12 @@ os.replace(path + ".tmp", path)
 PY
 }
 
+second_better() {  # EVALUATION EVALUATION: whether the second folder's results.json has the higher BLEU (false
+    # where either cannot be read)
+    python3 -c "import json, sys; bleu = [json.load(open(f'{path}/results.json'))['bleu'] for path in sys.argv[1:]]; \
+sys.exit(0 if bleu[1] > bleu[0] else 1)" "$1" "$2" 2>/dev/null
+}
+
 step_recipe() {  # JSON recipe:NAME[:ARGS]; the JSON is written after each stage, so a failure keeps what came before
     local json=$1 spec=${2#recipe:} name extra run source target hours saves chosen
     name=${spec%%:*}
@@ -111,7 +118,7 @@ print(c['source_lang'], c['target_lang'])" "configs/$name.yaml") || return 1
     rm -rf "$run" "$run-avg"
     hours=$(python3 -c "import sys, yaml; limit = yaml.safe_load(open(sys.argv[1])).get('stop_time_hours'); \
 left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or left):.4f}')" \
-        "configs/$name.yaml" "$(seconds_left)" "${RECIPE_TAIL_S:-260}") || return 1
+        "configs/$name.yaml" "$(seconds_left)" "$recipe_tail") || return 1
     echo "training for at most $hours hours (the lease's deadline, or the config's stop_time_hours)"
     record "$json" step="$2" stop_time_hours="$hours"
     # shellcheck disable=SC2086
@@ -137,9 +144,7 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
             "${scores[@]}" --output_dir "$run-avg/eval-validation"; then
         seconds_avg=$(( SECONDS - began + 1 ))
         record "$json" averaged_saves="$saves" validation_averaged=@"$run-avg/eval-validation/results.json"
-        chosen=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/eval-validation/results.json'))['bleu'] \
-for path in sys.argv[1:]]; print(sys.argv[1 + (bleu[1] > bleu[0])])" "$run" "$run-avg") || return 1
-        [ "$chosen" = "$run-avg" ] && seconds4=$seconds_avg
+        second_better "$run/eval-validation" "$run-avg/eval-validation" && chosen=$run-avg seconds4=$seconds_avg
     fi
     record "$json" chosen="$([ "$chosen" = "$run" ] && echo "best checkpoint" || echo "average of the last $saves")"
     # its beam, 4 (the paper's) or 6, on validation too, where the time left holds it and a test scoring after it with
@@ -150,10 +155,8 @@ for path in sys.argv[1:]]; print(sys.argv[1 + (bleu[1] > bleu[0])])" "$run" "$ru
             --num_beams 6 "${scores[@]}" --output_dir "$chosen/eval-validation-beam6"; then
         seconds6=$(( SECONDS - began + 1 ))
         record "$json" validation_chosen_beam6=@"$chosen/eval-validation-beam6/results.json"
-        beam=$(python3 -c "import json, sys; bleu = [json.load(open(f'{path}/results.json'))['bleu'] \
-for path in sys.argv[1:]]; print(6 if bleu[1] > bleu[0] else 4)" "$chosen/eval-validation" \
-            "$chosen/eval-validation-beam6") || beam=4
-        [ "$beam" = 6 ] && [ "$(seconds_left)" -le $(( seconds6 + 20 )) ] && beam=4
+        second_better "$chosen/eval-validation" "$chosen/eval-validation-beam6" &&
+            [ "$(seconds_left)" -gt $(( seconds6 + 20 )) ] && beam=6
     fi
     # chosen on validation; test is scored once, for this one
     record "$json" beam="$beam"
@@ -172,7 +175,7 @@ until_deadline() {
 
 needs() {  # the seconds a step needs to be worth starting
     case $1 in
-        recipe:*) echo $(( ${RECIPE_TAIL_S:-260} + 120 )) ;;
+        recipe:*) echo $(( recipe_tail + 120 )) ;;
         checks) echo 240 ;;
         *) echo 180 ;;
     esac
