@@ -39,12 +39,15 @@ data=$repo/device_carry/multi30k
 out=${OUT:-$work/out}
 mkdir -p "$work/steps" "$out"
 recipe_tail=${RECIPE_TAIL_S:-260}  # the seconds a recipe keeps after training (see above)
-export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# The carried wheels go into a folder named site-packages: dill (datasets' fingerprints) pickles a module found
+# elsewhere by value, and pyarrow's cannot be, so every Dataset.from_dict and evaluate compute() failed in /tmp/site.
+site=/tmp/carried/site-packages
+export PYTHONPATH=$site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
 
 step_checks() {
-    timeout "$(until_deadline 120)" python3 -m pytest -m gpu -q -rs -p no:cacheprovider
+    timeout "$(until_deadline 120)" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider > "$work/pytest-gpu.log" 2>&1
     local tests=$?
     local run=$work/fsdp-epoch
     rm -rf "$run"
@@ -56,6 +59,9 @@ step_checks() {
     timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$run" --data_dir "$data" --split validation \
         --source_lang de --target_lang en --num_beams 1 --batch_size 128 --quiet --output_dir "$run/eval-validation-greedy"
     local scored=$?
+    # the tests' summary last, where the end of the step's log that comes back holds it
+    echo "== python -m pytest -m gpu, exit $tests: the end of its output =="
+    tail -n 60 "$work/pytest-gpu.log"
     record "$1" pytest_gpu_rc="$tests" fsdp_epoch_rc="$fsdp" score_rc="$scored" \
         fsdp_epoch_train=@"$run/train_results.json" \
         fsdp_epoch_validation_greedy=@"$run/eval-validation-greedy/results.json"
@@ -65,6 +71,7 @@ step_checks() {
 step_benchmark() {  # JSON benchmark[:ARGS]; interrupted 15 s before the deadline: it writes what it measured so far
     local args="--sizes base --only train generate --fresh_runs 1"
     [ "$2" != benchmark ] && args=$(echo "${2#benchmark:}" | tr ',' ' ')
+    case " $args " in *" --data_dir "*) ;; *) args="$args --data_dir $data" ;; esac  # Multi30k's lengths
     # shellcheck disable=SC2086
     timeout -s INT -k 30 "$(until_deadline 15)" python3 scripts/benchmark.py --device cuda $args --output "$1"
 }
@@ -254,14 +261,14 @@ case ${1:-} in
             echo "session.sh: steps already running; use 'wait'" >&2; exit 2
         fi
         if [ -d device_carry/whl ]; then
-            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
                 device_carry/whl/*.whl || exit 1
         fi
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
         python3 -c "import torch, transformers, accelerate, datasets, evaluate, pyarrow; print('torch', \
 torch.__version__, 'cuda', torch.cuda.is_available(), '| transformers', transformers.__version__, '| accelerate', \
 accelerate.__version__, '| datasets', datasets.__version__, '| evaluate', evaluate.__version__, '| pyarrow', \
-pyarrow.__version__)" || exit 1
+pyarrow.__version__); datasets.Dataset.from_dict({'a': ['x']})" || exit 1
         [ -d "$data" ] || { echo "session.sh: no $data; run benchmarks/device/stage.sh here first" >&2; exit 1; }
         rm -rf "${work:?}/steps" && mkdir -p "$work/steps"
         echo $(( $(date +%s) + ${LEASE_S:-660} )) > "$work/deadline"
