@@ -15,7 +15,7 @@ from model_helpers import assert_varied, trained_to_copy
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import generation_speed, measure, run, training_speed
+from modeling.benchmarking import generation_speed, measure, profiling, run, training_speed
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import synthetic_lengths, training_batch
@@ -325,11 +325,46 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     assert "errors" not in written
     check_results(written, fresh_processes=False)
     assert written["data"]["first_step"] is None
+    assert not any("profile" in train for train in written["train"]["tiny"].values())  # only with --profile
     table = format_table(written)
     assert "first epoch: target tokens/s" in table
     assert "cross-entropy; parameters" in table and "smoothing 0.1 (Marian: LabelSmoother); parameters" in table
     steady = written["train"]["tiny"]["cross_entropy"]["steady"]["ours"]
     assert steady["target_tokens_per_s_best"] >= steady["target_tokens_per_s"]
+
+
+def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeypatch):
+    """--profile: one more pass per model under torch.profiler; its kinds' self times, the heaviest operators, and
+    table rows. Kernel names as a GPU's profile names them are sorted into kinds too."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0.1", "--profile")
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    results = json.loads(write_results(run_benchmark(settings, train_script=None, log=print), settings.output)
+                         .read_text())
+    train = results["train"]["tiny"]["label_smoothing_0.1"]
+    profiled = train["profile"]
+    for name in ("ours", "marian"):
+        figures = profiled[name]
+        assert figures["kinds"]["matrix products"] > 0 and figures["kinds"]["optimizer"] > 0
+        assert sum(figures["kinds"].values()) == pytest.approx(figures["profiled_seconds"])
+        assert 0 < figures["profiled_seconds"] <= 1.5 * figures["seconds"]  # self times on one thread, no overlap
+        tops = [operator["self_seconds"] for operator in figures["top"]]
+        assert tops == sorted(tops, reverse=True) and len(tops) == profiling.TOP_OPERATORS
+        assert "busy_fraction" not in figures  # a GPU figure
+        assert len(train["first_epoch"][name]["step_seconds"][0]) == train["workload"]["steps"]
+    assert profiled["ratio"]["seconds"] == pytest.approx(profiled["ours"]["seconds"] / profiled["marian"]["seconds"])
+    table = format_table(results)
+    assert re.search(r"profile +tiny +smoothing 0\.1 .*: one pass ms", table)
+    assert re.search(r"profile +tiny +  matrix products: self ms \(share\) +[\d,.]+ \(\d+%\)", table)
+    for name, kind in (("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matrix products"),
+                       ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "matrix products"),
+                       ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>", "attention"),
+                       ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...>", "optimizer"),
+                       ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<...>>",
+                        profiling.OTHER),
+                       ("Memcpy DtoD (Device -> Device)", "copies and fills"),
+                       ("aten::native_layer_norm", "layer norm")):
+        assert profiling.kind_of(name) == kind, name
 
 
 @pytest.mark.parametrize("extra, message", [

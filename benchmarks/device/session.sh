@@ -15,18 +15,22 @@
 # scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's --stop_time_hours); the benchmark
 # is interrupted (it keeps what it measured).
 # The open issues' GPU parts take a lease each, one per task that draws a machine, in this order (each lease's steps
-# in one `start`; a recipe, like the benchmark, takes the rest of its lease): 1. checks benchmark (GPU training works
-# at all, bf16, FSDP; the performance issue's figures), 2. recipe:multi30k_de_en, 3. recipe:multi30k_en_de,
-# 4. recipe:multi30k_de_en:--norm_first=true (the post-norm / pre-norm comparison), 5. what compiling gains, eager
-# and compiled in the same lease: benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
-# benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
-# Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures)
+# in one `start`; a recipe, like the benchmark, takes the rest of its lease):
+# 1. (done 2026-11-26 on an H100: the benchmark's figures, README "On a GPU"; its checks failed for the install
+#    fixed since, below) checks, and where the eager training time goes and what compiling gains, on one machine:
+#    checks benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--profile
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
+# 2. recipe:multi30k_de_en, 3. recipe:multi30k_en_de, 4. recipe:multi30k_de_en:--norm_first=true (the post-norm /
+#    pre-norm comparison).
+# Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;
+# for checks also checks.pytest.log, the tests' whole output)
 # and prints every step's state. Steps:
 #   checks             python -m pytest -m gpu (bf16 main job, SDPA vs eager in bf16, cached generation, the DDP and
 #                      FSDP configs), then one epoch of configs/multi30k_de_en.yaml with configs/accelerate_fsdp.yaml
 #                      on one process, scored greedy on validation
 #   benchmark[:ARGS]   scripts/benchmark.py --device cuda ARGS (comma-separated; default --sizes base --only train
-#                      generate --fresh_runs 1), e.g. benchmark:--sizes,base,--only,train,--compile
+#                      generate --fresh_runs 1), e.g. benchmark:--sizes,base,--only,train,--compile; batches of
+#                      the carried Multi30k's lengths unless ARGS name a --data_dir
 #   recipe:NAME[:ARGS] configs/NAME.yaml trained on Multi30k (ARGS: extra train.py flags, comma-separated, e.g.
 #                      recipe:multi30k_de_en:--norm_first=true); then the last 5 checkpoints averaged, the average and
 #                      the best checkpoint scored with beam 4 on validation, the better of the two with beam 6 too,
@@ -47,7 +51,8 @@ export PYTHONPATH=$site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OF
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
 
 step_checks() {
-    timeout "$(until_deadline 120)" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider > "$work/pytest-gpu.log" 2>&1
+    local tests_log=${1%.json}.pytest.log  # all of it comes back too, as <step>.pytest.log
+    timeout "$(until_deadline 120)" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider > "$tests_log" 2>&1
     local tests=$?
     local run=$work/fsdp-epoch
     rm -rf "$run"
@@ -61,7 +66,7 @@ step_checks() {
     local scored=$?
     # the tests' summary last, where the end of the step's log that comes back holds it
     echo "== python -m pytest -m gpu, exit $tests: the end of its output =="
-    tail -n 60 "$work/pytest-gpu.log"
+    tail -n 60 "$tests_log"
     record "$1" pytest_gpu_rc="$tests" fsdp_epoch_rc="$fsdp" score_rc="$scored" \
         fsdp_epoch_train=@"$run/train_results.json" \
         fsdp_epoch_validation_greedy=@"$run/eval-validation-greedy/results.json"
@@ -71,7 +76,7 @@ step_checks() {
 step_benchmark() {  # JSON benchmark[:ARGS]; interrupted 15 s before the deadline: it writes what it measured so far
     local args="--sizes base --only train generate --fresh_runs 1"
     [ "$2" != benchmark ] && args=$(echo "${2#benchmark:}" | tr ',' ' ')
-    case " $args " in *" --data_dir "*) ;; *) args="$args --data_dir $data" ;; esac  # Multi30k's lengths
+    case " $args " in *" --data_dir "* | *" --data_dir="*) ;; *) args="$args --data_dir $data" ;; esac
     # shellcheck disable=SC2086
     timeout -s INT -k 30 "$(until_deadline 15)" python3 scripts/benchmark.py --device cuda $args --output "$1"
 }
@@ -223,6 +228,7 @@ collect_and_report() {
             if [ ! -f "$work/steps/$tag.collected" ]; then
                 tail -n 300 "$work/steps/$tag.full.log" > "$out/$tag.log"
                 [ -f "$work/steps/$tag.json" ] && cp "$work/steps/$tag.json" "$out/$tag.json"
+                [ -f "$work/steps/$tag.pytest.log" ] && cp "$work/steps/$tag.pytest.log" "$out/$tag.pytest.log"
                 touch "$work/steps/$tag.collected"
                 state="$state, files in \$OUT"
             fi

@@ -122,6 +122,22 @@ def _training_rows(rows, size: str, train: dict) -> None:
                   lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
     _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
               lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
+    if "profile" in train:
+        _profile_rows(rows, size, loss, train["profile"])
+
+
+def _profile_rows(rows, size: str, loss: str, profiled: dict) -> None:
+    """One profiled pass per model: its wall time (and the fraction kernels ran), then each kind's self time."""
+    ours, marian = profiled["ours"], profiled["marian"]
+    _compared(rows, "profile", size, f"{loss}: one pass ms" + (" (kernels busy %)" if "busy_fraction" in ours else ""),
+              profiled, "seconds", lambda m: f"{1e3 * m['seconds']:,.1f}" + (
+                  f" ({100 * m['busy_fraction']:.0f}%)" if "busy_fraction" in m else ""))
+    for kind in dict.fromkeys([*ours["kinds"], *marian["kinds"]]):
+        seconds = ours["kinds"].get(kind, 0.0), marian["kinds"].get(kind, 0.0)
+        shown = [f"{1e3 * value:,.1f} ({100 * value / m['profiled_seconds']:.0f}%)"
+                 for value, m in zip(seconds, (ours, marian))]
+        rows.append(("profile", size, f"  {kind}: self ms (share)", *shown,
+                     _ratio(seconds[0] / seconds[1] if seconds[1] else None)))
 
 
 def _ctranslate2_table(sizes: dict | None) -> list[str]:

@@ -27,7 +27,7 @@ DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 DEFAULTS = dict(
     sections=list(SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
-    vocab_size=8000, max_length=128, seed=0, compile=False,
+    vocab_size=8000, max_length=128, seed=0, compile=False, profile=False,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -68,6 +68,7 @@ class BenchmarkSettings:
     threads: int
     seed: int
     compile: bool
+    profile: bool
     quick: bool
     output: str
 
@@ -176,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--compile", action="store_true", default=None,
         help="Train both models through torch.compile (as the Trainer's --torch_compile does); the first epoch then "
              "includes the compilation (off).")
+    add("--profile", action="store_true", default=None,
+        help="After the steady passes, one more per model under torch.profiler: its time by kind of work (matrix "
+             "products, attention, the loss, the optimizer, ...) and, on a GPU, the fraction of it kernels ran (off).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

@@ -16,6 +16,7 @@ data loading is not in these timings (the data section times it).
   `--compile` (both models through `torch.compile`) the timed steps include compiling for the batches' shapes.
 - steady: both models in this process, after one untimed pass over the same batches (every shape seen), then
   `repetitions` timed passes alternating the order ours/Marian, Marian/ours, so drift hits both.
+- profile (`--profile`): then one more pass per model under `torch.profiler` (see `profiling`).
 
 Figures are medians over runs, and `_best` the fastest run (on a busy machine the least disturbed one): target
 tokens/s counts real target tokens (labels that are not padding), FLOP/s is the steps' FLOPs (`TrainingFlops`) over
@@ -25,6 +26,7 @@ the same time, and peak_fraction divides it by the measured matmul peak.
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from . import measure
 from .lengths import PairLengths, batch_lengths, training_batch
 from .measure import MemoryWatch, autocast, count_flops, interleaved, timed
 from .models import MODEL_NAMES, benchmark_config, build_model, build_models, trainable_parameters
+from .profiling import profile_pass
 from .report import comparison
 from .settings import BenchmarkSettings
 
@@ -223,6 +226,10 @@ def benchmark_training_loss(
         for repetition in range(settings.repetitions):
             for name in interleaved(MODEL_NAMES, repetition):
                 steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
+        profiled = (
+            comparison({name: profile_pass(functools.partial(run_all, name), device) for name in MODEL_NAMES})
+            if settings.profile else None
+        )
 
     def rates(name, seconds):
         tokens_per_s = statistics.median(target_tokens / s for s in seconds)
@@ -233,7 +240,8 @@ def benchmark_training_loss(
     first_epoch = {
         name: {**rates(name, [run["seconds"] for run in runs]),
                "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
-               "training_memory_bytes": max(run["training_memory_bytes"] for run in runs)}
+               "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
+               "step_seconds": [run["step_seconds"] for run in runs]}
         for name, runs in first_runs.items()
     }
     padded = [(batch["input_ids"].numel(), batch["labels"].numel()) for batch in batches]
@@ -256,4 +264,5 @@ def benchmark_training_loss(
         }),
         "first_epoch": comparison(first_epoch),
         "steady": comparison({name: rates(name, seconds) for name, seconds in steady_seconds.items()}),
+        **({"profile": profiled} if profiled else {}),
     }
