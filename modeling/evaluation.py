@@ -1,8 +1,8 @@
 """Translation metrics: `corpus_scores` for any hypotheses, `compute_metrics` for `Seq2SeqTrainer` (with
 `predict_with_generate=True`), and `evaluate_model` for a saved model on a test set (scripts/evaluate.py).
 
-sacreBLEU and chrF are computed as the local `evaluate` modules in `modeling/metrics/` compute them, on detokenized
-text, against the raw reference strings (not the references decoded back from token ids), plus exact match.
+sacreBLEU and chrF are computed by the local `evaluate` modules in `modeling/metrics/` on detokenized text,
+against the raw reference strings (not the references decoded back from token ids), plus exact match.
 
 Under multi-process evaluation `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the
 duplicate samples that pad the last batches to equal size on every process; the first `len(references)` gathered
@@ -11,6 +11,7 @@ rows are the evaluation set in order, so the rest are dropped here and every sco
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -22,7 +23,7 @@ import numpy as np
 
 from .command_line import check_output_file, same_file, write_lines
 from .data import canonical_split_names, find_text_pairs, load_parallel_corpus
-from .metrics import corpus_bleu, corpus_chrf
+from .metrics import load_metric
 from .tokenization import read_lines
 from .translation import load_translation_model, single_line, translate
 
@@ -49,6 +50,11 @@ def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
     return 100.0 * matches / len(references)
 
 
+@functools.cache
+def _metric(name: str):
+    return load_metric(name)  # once per process: a metric module is reusable across compute() calls
+
+
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase_bleu: bool = False
 ) -> tuple[dict[str, float], dict[str, str]]:
@@ -59,11 +65,13 @@ def corpus_scores(
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     hypotheses, references = list(hypotheses), [[reference] for reference in references]
     results = {
-        "bleu": corpus_bleu(hypotheses, references),
-        "chrf": corpus_chrf(hypotheses, references),
+        "bleu": _metric("sacrebleu_local").compute(predictions=hypotheses, references=references),
+        "chrf": _metric("chrf_local").compute(predictions=hypotheses, references=references),
     }
     if lowercase_bleu:
-        results["bleu_lowercase"] = corpus_bleu(hypotheses, references, lowercase=True)
+        results["bleu_lowercase"] = _metric("sacrebleu_local").compute(
+            predictions=hypotheses, references=references, lowercase=True
+        )
     return (
         {name: result["score"] for name, result in results.items()},
         {name: result["signature"] for name, result in results.items()},

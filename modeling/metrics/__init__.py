@@ -2,13 +2,6 @@
 
 `evaluate.load("sacrebleu")` needs the Hub; `evaluate.load(<absolute directory>)` does not, and a relative path
 would be resolved against the current directory, so callers go through `load_metric`.
-
-This package scores with each module's computation itself, `corpus_bleu` and `corpus_chrf`: a module's `compute()`
-first writes its inputs to an Arrow buffer and reads them back as a `datasets.Dataset` (for gathering across
-processes, which a whole corpus scored in one process does not need), and that dataset's fingerprint, a dill pickle
-of the table, fails where pyarrow is installed outside a folder named site-packages (`pip install --target DIR`):
-dill then pickles the module by value ("Can't pickle <class 'MonthDayNano'>"). Seen on the GPU machine, where it
-ended every evaluation.
 """
 
 import importlib.machinery
@@ -34,9 +27,6 @@ def _import_evaluate_library():
 
 evaluate = _import_evaluate_library()
 
-from .chrf_local.chrf_local import corpus_chrf  # noqa: E402 (the modules import `evaluate`: the library, above)
-from .sacrebleu_local.sacrebleu_local import corpus_bleu  # noqa: E402
-
 METRICS_DIR = Path(__file__).resolve().parent
 LOCAL_METRICS = ("sacrebleu_local", "chrf_local")
 
@@ -53,4 +43,4 @@ def load_metric(name: str) -> "evaluate.EvaluationModule":
     return evaluate.load(metric_path(name), keep_in_memory=True)
 
 
-__all__ = ["LOCAL_METRICS", "METRICS_DIR", "corpus_bleu", "corpus_chrf", "load_metric", "metric_path"]
+__all__ = ["LOCAL_METRICS", "METRICS_DIR", "load_metric", "metric_path"]

@@ -42,23 +42,6 @@ def reference_streams(references) -> list[list[str]]:
     return [list(stream) for stream in zip(*references)]
 
 
-def corpus_chrf(predictions, references, char_order=6, word_order=0, beta=2, lowercase=False, whitespace=False,
-                eps_smoothing=False) -> dict:
-    """The module's computation, callable without `evaluate`'s Arrow buffer (see `modeling.metrics`)."""
-    chrf = sacrebleu.metrics.CHRF(
-        char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
-        whitespace=whitespace, eps_smoothing=eps_smoothing,
-    )
-    output = chrf.corpus_score(list(predictions), reference_streams(references))
-    return {
-        "score": output.score,
-        "char_order": output.char_order,
-        "word_order": output.word_order,
-        "beta": output.beta,
-        "signature": str(chrf.get_signature()),
-    }
-
-
 class ChrfLocal(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
@@ -83,5 +66,17 @@ class ChrfLocal(evaluate.Metric):
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
         )
 
-    def _compute(self, predictions, references, **options):
-        return corpus_chrf(predictions, references, **options)
+    def _compute(self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False,
+                 whitespace=False, eps_smoothing=False):
+        chrf = sacrebleu.metrics.CHRF(
+            char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
+            whitespace=whitespace, eps_smoothing=eps_smoothing,
+        )
+        output = chrf.corpus_score(list(predictions), reference_streams(references))
+        return {
+            "score": output.score,
+            "char_order": output.char_order,
+            "word_order": output.word_order,
+            "beta": output.beta,
+            "signature": str(chrf.get_signature()),
+        }

@@ -46,26 +46,6 @@ def reference_streams(references) -> list[list[str]]:
     return [list(stream) for stream in zip(*references)]
 
 
-def corpus_bleu(predictions, references, smooth_method="exp", smooth_value=None, force=False, lowercase=False,
-                tokenize=None, use_effective_order=False) -> dict:
-    """The module's computation, callable without `evaluate`'s Arrow buffer (see `modeling.metrics`)."""
-    bleu = sacrebleu.metrics.BLEU(
-        lowercase=lowercase, force=force, tokenize=tokenize, smooth_method=smooth_method,
-        smooth_value=smooth_value, effective_order=use_effective_order,
-    )
-    output = bleu.corpus_score(list(predictions), reference_streams(references))
-    return {
-        "score": output.score,
-        "counts": output.counts,
-        "totals": output.totals,
-        "precisions": output.precisions,
-        "bp": output.bp,
-        "sys_len": output.sys_len,
-        "ref_len": output.ref_len,
-        "signature": str(bleu.get_signature()),
-    }
-
-
 class SacrebleuLocal(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
@@ -90,5 +70,20 @@ class SacrebleuLocal(evaluate.Metric):
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
         )
 
-    def _compute(self, predictions, references, **options):
-        return corpus_bleu(predictions, references, **options)
+    def _compute(self, predictions, references, smooth_method="exp", smooth_value=None, force=False,
+                 lowercase=False, tokenize=None, use_effective_order=False):
+        bleu = sacrebleu.metrics.BLEU(
+            lowercase=lowercase, force=force, tokenize=tokenize, smooth_method=smooth_method,
+            smooth_value=smooth_value, effective_order=use_effective_order,
+        )
+        output = bleu.corpus_score(list(predictions), reference_streams(references))
+        return {
+            "score": output.score,
+            "counts": output.counts,
+            "totals": output.totals,
+            "precisions": output.precisions,
+            "bp": output.bp,
+            "sys_len": output.sys_len,
+            "ref_len": output.ref_len,
+            "signature": str(bleu.get_signature()),
+        }
