@@ -15,7 +15,7 @@ from model_helpers import assert_varied, trained_to_copy
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import generation_speed, measure, profiling, run, training_speed
+from modeling.benchmarking import generation_speed, measure, profiling, report, run, training_speed
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import synthetic_lengths, training_batch
@@ -334,8 +334,8 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
 
 
 def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeypatch):
-    """--profile: one more pass per model under torch.profiler; its kinds' self times, the heaviest operators, and
-    table rows. Kernel names as a GPU's profile names them are sorted into kinds too."""
+    """--profile: one more pass per model under torch.profiler; its kinds' times (the optimizer's and the loss's
+    elementwise work counted there, by the operator enclosing it), the heaviest operators, and table rows."""
     monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
     arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0.1", "--profile")
     settings = settings_from_arguments(build_parser().parse_args(arguments))
@@ -345,7 +345,8 @@ def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeyp
     profiled = train["profile"]
     for name in ("ours", "marian"):
         figures = profiled[name]
-        assert figures["kinds"]["matrix products"] > 0 and figures["kinds"]["optimizer"] > 0
+        for kind in ("matrix products", "optimizer", profiling.LOSS, "attention"):
+            assert figures["kinds"][kind] > 0, (name, kind)
         assert sum(figures["kinds"].values()) == pytest.approx(figures["profiled_seconds"])
         assert 0 < figures["profiled_seconds"] <= 1.5 * figures["seconds"]  # self times on one thread, no overlap
         tops = [operator["self_seconds"] for operator in figures["top"]]
@@ -354,17 +355,81 @@ def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeyp
         assert len(train["first_epoch"][name]["step_seconds"][0]) == train["workload"]["steps"]
     assert profiled["ratio"]["seconds"] == pytest.approx(profiled["ours"]["seconds"] / profiled["marian"]["seconds"])
     table = format_table(results)
-    assert re.search(r"profile +tiny +smoothing 0\.1 .*: one pass ms", table)
-    assert re.search(r"profile +tiny +  matrix products: self ms \(share\) +[\d,.]+ \(\d+%\)", table)
-    for name, kind in (("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matrix products"),
-                       ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "matrix products"),
-                       ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>", "attention"),
-                       ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...>", "optimizer"),
-                       ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<...>>",
-                        profiling.OTHER),
+    assert re.search(r"profile +tiny +smoothing 0\.1 .*: one profiled pass ms", table)
+    assert re.search(r"profile +tiny +  matrix products: ms \(share\) +[\d,.]+ \(\d+%\)", table)
+
+
+def test_a_gpu_profile_counts_each_kernel_once_under_the_operator_that_launched_it():
+    """Kernels as a GPU profile gives them (under CPU operators' `kernels`): their kind from an enclosing optimizer
+    step or loss, else from their own name; CUDA-typed events (the device spans of annotated ranges, which contain
+    kernels already counted) are left out; operators launch no time of their own."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(name, parent=None, kernels=(), device_type=DeviceType.CPU):
+        return SimpleNamespace(name=name, cpu_parent=parent, device_type=device_type, is_async=False,
+                               kernels=[SimpleNamespace(name=k, duration=d) for k, d in kernels],
+                               self_cpu_time_total=1_000_000)
+
+    step = event("Optimizer.step#AdamW.step")
+    backward = event("autograd::engine::evaluate_function: LabelSmoothedCrossEntropyBackward")
+    events = [
+        step,
+        event("aten::_foreach_mul_", step, [("void at::native::multi_tensor_apply_kernel<...>", 300)]),
+        event("aten::_foreach_sqrt", step, [("void at::native::vectorized_elementwise_kernel<...>", 100)]),
+        event("aten::mm", None, [("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 2000), ("nvjet_tst_128x256", 1000)]),
+        event("aten::sub", backward, [("void at::native::vectorized_elementwise_kernel<...>", 400)]),
+        event("aten::add_", None, [("void at::native::vectorized_elementwise_kernel<...>", 50)]),
+        event("aten::_flash_attention_forward", None, [("void pytorch_flash::flash_fwd_kernel<...>", 500)]),
+        event("Optimizer.step#AdamW.step", None, [], DeviceType.CUDA),  # a range's device span: not a kernel
+    ]
+    kinds, top = profiling.timings_by_kind(events, on_gpu=True)
+    assert kinds == pytest.approx({"matrix products": 3000e-6, "attention": 500e-6, "loss": 400e-6,
+                                   "optimizer": 400e-6, profiling.OTHER: 50e-6})
+    assert list(kinds) == ["matrix products", "attention", "loss", "optimizer", profiling.OTHER]
+    assert top[0] == {"name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "kind": "matrix products", "calls": 1,
+                      "self_seconds": pytest.approx(2000e-6)}
+    elementwise = [entry for entry in top if entry["name"].startswith("void at::native::vectorized")]
+    assert {(entry["kind"], entry["calls"]) for entry in elementwise} == {("loss", 1), ("optimizer", 1),
+                                                                           (profiling.OTHER, 1)}
+    for name, kind in (("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<...>", "layer norm"),
+                       ("void at::native::masked_scale_kernel<...>", "dropout"),
                        ("Memcpy DtoD (Device -> Device)", "copies and fills"),
+                       ("aten::masked_fill_", profiling.OTHER),
                        ("aten::native_layer_norm", "layer norm")):
         assert profiling.kind_of(name) == kind, name
+
+
+def test_the_optimizers_and_the_losss_own_operators_count_as_theirs_on_a_cpu():
+    """AdamW's per-tensor arithmetic (lerp_, addcdiv_, ...) and the loss's (forward and backward) are counted by the
+    operator enclosing them, from a real profile."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
+    torch.nn.functional.cross_entropy(model(torch.randn(8, 64)), torch.arange(8)).backward()
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        optimizer.step()
+    kinds, top = profiling.timings_by_kind(profiler.events(), on_gpu=False)
+    assert set(kinds) == {"optimizer"} and any(entry["name"] == "aten::addcdiv_" for entry in top)
+    logits = torch.randn(8, 64, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        torch.nn.functional.cross_entropy(logits, torch.arange(8)).backward()
+    kinds, top = profiling.timings_by_kind(profiler.events(), on_gpu=False)
+    assert kinds[profiling.LOSS] > 0.5 * sum(kinds.values())
+    assert {entry["kind"] for entry in top if "log_softmax" in entry["name"]} == {profiling.LOSS}
+
+
+def test_a_profiler_that_fails_is_recorded_and_keeps_the_figures_measured_before(tmp_path):
+    def broken(name):
+        raise RuntimeError("no CUPTI")
+
+    profiled = training_speed.profiled_passes(broken, {"ours": [1.0], "marian": [1.0]}, torch.device("cpu"))
+    assert profiled == {"error": "RuntimeError: no CUPTI"}
+    rows = []
+    report._profile_rows(rows, "tiny", "cross-entropy", profiled)
+    assert rows == [("profile", "tiny", "cross-entropy: failed, RuntimeError: no CUPTI", "", "", "")]
 
 
 @pytest.mark.parametrize("extra, message", [

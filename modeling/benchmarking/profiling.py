@@ -1,10 +1,16 @@
-"""Where a training pass's time goes: one pass under `torch.profiler`, its self time by kind of work (`--profile`).
+"""Where a training pass's time goes: one pass under `torch.profiler`, its time by kind of work (`--profile`).
 
 The pass is an extra one over the steady batches, after the timed ones, so the profiler's overhead is in no other
-figure. On a GPU the times are the kernels' device times and `busy_fraction` is their sum over the pass's wall time:
-well under 1, the GPU waits on the host (kernel launches, Python, synchronisations) and faster kernels would not
-help; near 1, the kinds below say which kernels to make faster. On a CPU they are the operators' self times on the
-calling thread (their sum is close to the wall time). Kinds are read off kernel and operator names (`KINDS`).
+figure. On a GPU the times are the kernels' device times, each kernel counted once under the operator that launched
+it, and `busy_fraction` (set by `training_speed`) divides their sum by an unprofiled steady pass's time: well under
+1, the GPU waits on the host (kernel launches, Python, synchronisations) and faster kernels would not help; near 1,
+the kinds say which kernels to make faster. On a CPU they are the operators' self times on the calling thread
+(their sum is close to the wall time).
+
+A time's kind is its context's where an enclosing operator names one (`CONTEXTS`: the optimizer's step, a loss, so
+that their elementwise work counts there), else its own name's (`KINDS`: kernel names on a GPU, aten operator names
+on a CPU). The backward of Marian's `LabelSmoother` (negation, gather, sums) has no such context and counts as
+elementwise work.
 """
 
 from __future__ import annotations
@@ -17,53 +23,94 @@ from torch.profiler import ProfilerActivity, profile
 
 from .measure import timed
 
-# (kind, name fragments), first match wins; names are lowercased kernel names on a GPU (cuBLAS/CUTLASS "gemm",
-# "nvjet", flash attention "flash"/"fmha"), aten operator names on a CPU ("aten::mm").
+LOSS = "loss"
+OTHER = "elementwise and other"
+# (kind, fragments of an enclosing operator's lowercased name); the nearest enclosing match wins. "labelsmoother" is
+# the range `training_speed` opens around Marian's LabelSmoother.
+CONTEXTS = (
+    ("optimizer", ("optimizer.step", "optimizer.zero_grad")),
+    (LOSS, ("labelsmoothedcrossentropy", "labelsmoother", "cross_entropy_loss", "nll_loss", "nlllossbackward",
+            "log_softmax", "logsoftmaxbackward")),
+)
+# (kind, fragments of a kernel's or an operator's own lowercased name), first match wins: cuBLAS/CUTLASS "gemm" and
+# "nvjet", flash attention "flash"/"fmha" on a GPU; "aten::mm" on a CPU.
 KINDS = (
+    (OTHER, ("masked_fill",)),
     ("optimizer", ("multi_tensor", "adam", "_foreach")),
     ("attention", ("flash", "fmha", "attention", "attn", "scaled_dot_product")),
     ("matrix products", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
                          "aten::baddbmm", "aten::matmul", "aten::linear")),
-    ("softmax and loss", ("softmax", "nll", "cross_entropy", "logsumexp", "labelsmoothed")),
-    ("layer norm", ("layer_norm", "layernorm")),
-    ("dropout", ("dropout", "bernoulli", "random_")),  # ours draws its CPU mask with random_ (modeling/dropout.py)
-    ("copies and fills", ("memcpy", "memset", "copy", "fill", "cat_", "aten::cat", "contiguous", "clone",
-                          "zero_", "aten::to")),
+    (LOSS, ("softmax", "nll", "cross_entropy", "logsumexp")),
+    ("layer norm", ("layer_norm", "layernorm", "gammabeta", "rowwisemoments", "computeinternalgradients")),
+    # ours draws its CPU mask with random_ (modeling/dropout.py); a GPU's dropout backward is masked_scale
+    ("dropout", ("dropout", "bernoulli", "random_", "masked_scale")),
+    ("copies and fills", ("memcpy", "memset", "copy", "fill_", "fillfunctor", "aten::cat", "catarray",
+                          "contiguous", "clone", "zero_")),
 )
-OTHER = "elementwise and other"
 TOP_OPERATORS = 12
 
 
-def kind_of(name: str) -> str:
+def _first_match(name: str, table) -> str | None:
     lowered = name.lower()
-    return next((kind for kind, fragments in KINDS if any(fragment in lowered for fragment in fragments)), OTHER)
+    return next((kind for kind, fragments in table if any(fragment in lowered for fragment in fragments)), None)
+
+
+def kind_of(name: str) -> str:
+    """The kind of a kernel or operator by its own name."""
+    return _first_match(name, KINDS) or OTHER
+
+
+def context_of(event) -> str | None:
+    """The kind named by `event` or the nearest operator enclosing it (`CONTEXTS`), if any."""
+    while event is not None:
+        kind = _first_match(event.name, CONTEXTS)
+        if kind is not None:
+            return kind
+        event = event.cpu_parent
+    return None
+
+
+def timings_by_kind(events, on_gpu: bool) -> tuple[dict[str, float], list[dict]]:
+    """({kind: seconds}, the TOP_OPERATORS heaviest kernels or operators) from a profile's `events()`: on a GPU every
+    kernel under the CPU operator that launched it, on a CPU every operator's self time."""
+    kinds: dict[str, float] = {}
+    by_name: dict[tuple[str, str], list] = {}  # (name, kind) -> [calls, seconds]
+    for event in events:
+        if event.device_type != DeviceType.CPU or event.is_async:
+            continue
+        timings = ([(kernel.name, kernel.duration) for kernel in event.kernels] if on_gpu
+                   else [(event.name, event.self_cpu_time_total)])
+        context = context_of(event) if timings else None
+        for name, microseconds in timings:
+            if microseconds <= 0:
+                continue
+            kind = context or kind_of(name)
+            kinds[kind] = kinds.get(kind, 0.0) + microseconds / 1e6
+            entry = by_name.setdefault((name, kind), [0, 0.0])
+            entry[0] += 1
+            entry[1] += microseconds / 1e6
+    top = sorted(by_name.items(), key=lambda item: -item[1][1])[:TOP_OPERATORS]
+    return (dict(sorted(kinds.items(), key=lambda item: -item[1])),
+            [{"name": name[:120], "kind": kind, "calls": calls, "self_seconds": seconds}
+             for (name, kind), (calls, seconds) in top])
 
 
 def profile_pass(run: Callable[[], None], device: torch.device) -> dict:
-    """Run `run` once under the profiler: {"seconds": wall time, "busy_fraction" (GPU only), "kinds": {kind:
-    seconds}, "top": the TOP_OPERATORS kernels (GPU) or operators (CPU) with the most self time}."""
+    """Run `run` once under the profiler: {"seconds": its wall time so profiled, "profiled_seconds": the kernels' (GPU)
+    or operators' (CPU) time, "kinds": {kind: seconds}, "top": the heaviest}. Raises RuntimeError when a GPU run
+    recorded no kernel (a profiler without CUPTI), whose figures would read as an idle GPU."""
     on_gpu = device.type == "cuda"
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
     with profile(activities=activities) as profiler:
         seconds, _ = timed(run, device)
-    timings = []  # (name, calls, self seconds)
-    for event in profiler.key_averages():
-        if on_gpu and event.device_type == DeviceType.CUDA:
-            timings.append((event.key, event.count, event.self_device_time_total / 1e6))
-        elif not on_gpu and event.device_type == DeviceType.CPU:
-            timings.append((event.key, event.count, event.self_cpu_time_total / 1e6))
-    timings = [timing for timing in timings if timing[2] > 0]
-    kinds: dict[str, float] = {}
-    for name, _, self_seconds in timings:
-        kinds[kind_of(name)] = kinds.get(kind_of(name), 0.0) + self_seconds
-    timings.sort(key=lambda timing: -timing[2])
-    profiled = {
-        "seconds": seconds,
-        "profiled_seconds": sum(kinds.values()),
-        "kinds": dict(sorted(kinds.items(), key=lambda item: -item[1])),
-        "top": [{"name": name[:120], "kind": kind_of(name), "calls": calls, "self_seconds": self_seconds}
-                for name, calls, self_seconds in timings[:TOP_OPERATORS]],
-    }
-    if on_gpu:
-        profiled["busy_fraction"] = profiled["profiled_seconds"] / seconds
-    return profiled
+    kinds, top = timings_by_kind(profiler.events(), on_gpu)
+    if on_gpu and not kinds:
+        raise RuntimeError("the profiler recorded no GPU kernel")
+    return {"seconds": seconds, "profiled_seconds": sum(kinds.values()), "kinds": kinds, "top": top}
+
+
+def start_profiler(device: torch.device) -> None:
+    """One empty profiling session: what the first one starts once (CUPTI, the profiler's threads) is then in no
+    model's figures."""
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]):
+        pass

@@ -127,16 +127,21 @@ def _training_rows(rows, size: str, train: dict) -> None:
 
 
 def _profile_rows(rows, size: str, loss: str, profiled: dict) -> None:
-    """One profiled pass per model: its wall time (and the fraction kernels ran), then each kind's self time."""
+    """One profiled pass per model: its wall time (on a GPU, with the fraction of a steady pass kernels ran), then
+    each kind's time and share of the profiled time."""
+    if "error" in profiled:
+        rows.append(("profile", size, f"{loss}: failed, {profiled['error']}"[:160], "", "", ""))
+        return
     ours, marian = profiled["ours"], profiled["marian"]
-    _compared(rows, "profile", size, f"{loss}: one pass ms" + (" (kernels busy %)" if "busy_fraction" in ours else ""),
+    gpu = "busy_fraction" in ours
+    _compared(rows, "profile", size, f"{loss}: one profiled pass ms" + (" (kernels busy %)" if gpu else ""),
               profiled, "seconds", lambda m: f"{1e3 * m['seconds']:,.1f}" + (
-                  f" ({100 * m['busy_fraction']:.0f}%)" if "busy_fraction" in m else ""))
+                  f" ({100 * m['busy_fraction']:.0f}%)" if gpu else ""))
     for kind in dict.fromkeys([*ours["kinds"], *marian["kinds"]]):
         seconds = ours["kinds"].get(kind, 0.0), marian["kinds"].get(kind, 0.0)
-        shown = [f"{1e3 * value:,.1f} ({100 * value / m['profiled_seconds']:.0f}%)"
+        shown = [f"{1e3 * value:,.1f} ({100 * value / m['profiled_seconds']:.0f}%)" if m["profiled_seconds"] else "-"
                  for value, m in zip(seconds, (ours, marian))]
-        rows.append(("profile", size, f"  {kind}: self ms (share)", *shown,
+        rows.append(("profile", size, f"  {kind}: ms (share)", *shown,
                      _ratio(seconds[0] / seconds[1] if seconds[1] else None)))
 
 
