@@ -99,3 +99,38 @@ def test_example_accelerate_configs_train_and_save_a_complete_loadable_model(tmp
     validation = synthetic_task_dataset()["validation"].select(range(50))
     fresh = score_in_a_fresh_process(output_dir, validation["source"], validation["target"], cwd=tmp_path)
     assert fresh["exact_match"] > 95
+
+
+def test_the_benchmark_profile_counts_every_kernel_once_and_finds_the_optimizers():
+    """`--profile` on a GPU (modeling/benchmarking/profiling.py) sums each kernel under the operator that launched it:
+    the sum equals the profile's own kernel events (the device spans of annotated ranges left out), and the fused
+    optimizer's kernels and the matrix products are found."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from modeling.benchmarking import profiling
+
+    model = tiny_model().cuda().train()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch())
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        step()
+        torch.cuda.synchronize()
+    events = profiler.events()
+    kernels = [event for event in events
+               if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)]
+    kernel_seconds = sum(event.time_range.end - event.time_range.start for event in kernels) / 1e6
+    kinds, top = profiling.timings_by_kind(events, on_gpu=True)
+    assert kernels and sum(kinds.values()) == pytest.approx(kernel_seconds, rel=0.01)
+    assert kinds["optimizer"] > 0 and kinds["matrix products"] > 0 and kinds[profiling.LOSS] > 0, kinds
+    assert all(entry["self_seconds"] > 0 for entry in top)

@@ -10,19 +10,20 @@
 #   2. bash benchmarks/device/session.sh wait            (timeout_s 300) right after: waits for the rest, until the
 #      deadline at most
 # Name the steps in the order they matter: a step that cannot fit in the time left before the deadline is skipped (a
-# recipe needs RECIPE_TAIL_S + 120 s, checks 240, the benchmark 180), and each is cut to the deadline: a recipe trains
-# for the time left less RECIPE_TAIL_S (default 260: data, tokenizer, the final evaluations, averaging, three beam-4
-# scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's --stop_time_hours); the benchmark
-# is interrupted (it keeps what it measured).
+# recipe needs RECIPE_TAIL_S + 120 s, checks 300, the benchmark 180, compiled 360), and each is cut to the deadline:
+# a recipe trains for the time left less RECIPE_TAIL_S (default 260: data, tokenizer, the final evaluations,
+# averaging, three beam-4 scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's
+# --stop_time_hours); the benchmark is interrupted (it keeps the sections it finished).
 # The open issues' GPU parts take a lease each, one per task that draws a machine, in this order (each lease's steps
 # in one `start`; a recipe, like the benchmark, takes the rest of its lease):
 # 1. (done 2026-11-26 on an H100: the benchmark's figures, README "On a GPU"; its checks failed for the install
-#    fixed since, below) where the eager training time goes (about 100 s), the checks (about 300 s), and what
-#    compiling gains on the same machine, where time is left:
+#    fixed since, below) where the eager training time goes (about 100 s), then the checks (about 300 s):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--profile checks
-#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
 # 2. recipe:multi30k_de_en, 3. recipe:multi30k_en_de, 4. recipe:multi30k_de_en:--norm_first=true (the post-norm /
-#    pre-norm comparison).
+#    pre-norm comparison), 5. what compiling gains, eager and compiled on one machine (a compiled run compiles in
+#    fresh processes and again in its own, so it takes a lease of its own):
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;
 # for checks also checks.pytest.log, the tests' whole output)
 # and prints every step's state. Steps:
@@ -189,7 +190,8 @@ until_deadline() {
 needs() {  # the seconds a step needs to be worth starting
     case $1 in
         recipe:*) echo $(( recipe_tail + 120 )) ;;
-        checks) echo 240 ;;
+        checks) echo 300 ;;
+        *--compile*) echo 360 ;;
         *) echo 180 ;;
     esac
 }

@@ -37,10 +37,11 @@ CONTEXTS = (
 KINDS = (
     (OTHER, ("masked_fill",)),
     ("optimizer", ("multi_tensor", "adam", "_foreach")),
-    ("attention", ("flash", "fmha", "attention", "attn", "scaled_dot_product")),
+    # softmax outside a loss's context: eager attention's (and SDPA's math fallback's)
+    ("attention", ("flash", "fmha", "attention", "attn", "scaled_dot_product", "softmax")),
     ("matrix products", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
                          "aten::baddbmm", "aten::matmul", "aten::linear")),
-    (LOSS, ("softmax", "nll", "cross_entropy", "logsumexp")),
+    (LOSS, ("nll", "cross_entropy", "logsumexp")),
     ("layer norm", ("layer_norm", "layernorm", "gammabeta", "rowwisemoments", "computeinternalgradients")),
     # ours draws its CPU mask with random_ (modeling/dropout.py); a GPU's dropout backward is masked_scale
     ("dropout", ("dropout", "bernoulli", "random_", "masked_scale")),
@@ -76,8 +77,8 @@ def timings_by_kind(events, on_gpu: bool) -> tuple[dict[str, float], list[dict]]
     kinds: dict[str, float] = {}
     by_name: dict[tuple[str, str], list] = {}  # (name, kind) -> [calls, seconds]
     for event in events:
-        if event.device_type != DeviceType.CPU or event.is_async:
-            continue
+        if event.device_type != DeviceType.CPU or event.is_async or (on_gpu and event.name.startswith("cu")):
+            continue  # CUDA runtime calls (cudaDeviceSynchronize, ...): an id of theirs can equal an operator's
         timings = ([(kernel.name, kernel.duration) for kernel in event.kernels] if on_gpu
                    else [(event.name, event.self_cpu_time_total)])
         context = context_of(event) if timings else None
@@ -97,13 +98,19 @@ def timings_by_kind(events, on_gpu: bool) -> tuple[dict[str, float], list[dict]]
 
 def profile_pass(run: Callable[[], None], device: torch.device) -> dict:
     """Run `run` once under the profiler: {"seconds": its wall time so profiled, "profiled_seconds": the kernels' (GPU)
-    or operators' (CPU) time, "kinds": {kind: seconds}, "top": the heaviest}. Raises RuntimeError when a GPU run
-    recorded no kernel (a profiler without CUPTI), whose figures would read as an idle GPU."""
+    or operators' (CPU) time, "kinds": {kind: seconds}, "top": the heaviest}. Raises RuntimeError on a GPU whose
+    kernels the profiler cannot record (no CUPTI: it would give operators' CUDA-event times, nested ones summed
+    again, or nothing, which would read as an idle GPU)."""
     on_gpu = device.type == "cuda"
+    if on_gpu and ProfilerActivity.CUDA not in torch.profiler.supported_activities():
+        raise RuntimeError("this torch's profiler cannot record CUDA kernels (no CUPTI)")
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
     with profile(activities=activities) as profiler:
         seconds, _ = timed(run, device)
-    kinds, top = timings_by_kind(profiler.events(), on_gpu)
+    events = profiler.events()
+    if on_gpu and any(event.is_legacy for event in events):  # whole operators' CUDA-event times, parents included
+        raise RuntimeError("the profiler fell back to CUDA events instead of kernels")
+    kinds, top = timings_by_kind(events, on_gpu)
     if on_gpu and not kinds:
         raise RuntimeError("the profiler recorded no GPU kernel")
     return {"seconds": seconds, "profiled_seconds": sum(kinds.values()), "kinds": kinds, "top": top}

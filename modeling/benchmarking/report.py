@@ -134,7 +134,8 @@ def _profile_rows(rows, size: str, loss: str, profiled: dict) -> None:
         return
     ours, marian = profiled["ours"], profiled["marian"]
     gpu = "busy_fraction" in ours
-    _compared(rows, "profile", size, f"{loss}: one profiled pass ms" + (" (kernels busy %)" if gpu else ""),
+    _compared(rows, "profile", size,
+              f"{loss}: one profiled pass ms" + (" (kernels busy, % of a steady pass)" if gpu else ""),
               profiled, "seconds", lambda m: f"{1e3 * m['seconds']:,.1f}" + (
                   f" ({100 * m['busy_fraction']:.0f}%)" if gpu else ""))
     for kind in dict.fromkeys([*ours["kinds"], *marian["kinds"]]):

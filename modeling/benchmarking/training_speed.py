@@ -51,8 +51,8 @@ _FLOP_FIT_SHAPES = ((2, 3), (3, 2), (4, 4), (5, 3), (3, 6), (6, 5), (7, 2), (4, 
 
 
 def make_optimizer(model) -> torch.optim.AdamW:
-    """The paper's Adam settings (§5.3), in one fused kernel as the Trainer runs them (transformers 5's default
-    `optim`, adamw_torch_fused, with torch >= 2.8); the learning rate does not change the speed."""
+    """The paper's Adam settings (§5.3) in torch's fused AdamW, as the Trainer runs them (transformers 5's default
+    `optim` with torch >= 2.8, adamw_torch_fused); the learning rate does not change the speed."""
     return torch.optim.AdamW(trainable_parameters(model), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0,
                              fused=True)
 
