@@ -269,6 +269,9 @@ case ${1:-} in
         if [ -f "$work/driver.pid" ] && kill -0 "$(cat "$work/driver.pid")" 2>/dev/null; then
             echo "session.sh: steps already running; use 'wait'" >&2; exit 2
         fi
+        # what the image has of what is carried (can the 55 MB of pyarrow make room for another wheel?)
+        python3 -m pip list 2>/dev/null | grep -i -E '^(pyarrow|datasets|evaluate|dill|multiprocess|fsspec) ' |
+            sed 's/^/image: /'
         if [ -d device_carry/whl ]; then
             python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
                 device_carry/whl/*.whl || exit 1
