@@ -168,7 +168,7 @@ def test_training_from_plain_and_gzip_files_equals_training_from_strings(tmp_pat
 
 def test_words_longer_than_any_real_word_are_trained_on_in_pieces():
     """The BPE trainer's time grows with the square of a word's length (one 400,000-letter word took 105 s to train
-    on, 6 s in pieces): a word (as the pre-tokenizer splits text) of more than TRAINING_WORD_LENGTH characters is
+    on, 5 s in pieces): a word (as the pre-tokenizer splits text) of more than TRAINING_WORD_LENGTH characters is
     trained on in pieces of that length. Sentences, unspaced scripts' included, are trained on as they are, and the
     tokenizer still encodes the whole word."""
     backend = _build_backend_tokenizer()

@@ -270,7 +270,7 @@ case ${1:-} in
             echo "session.sh: steps already running; use 'wait'" >&2; exit 2
         fi
         # what the image has of what is carried (can the 55 MB of pyarrow make room for another wheel?)
-        python3 -m pip list 2>/dev/null | grep -i -E '^(pyarrow|datasets|evaluate|dill|multiprocess|fsspec) ' |
+        PYTHONPATH= python3 -m pip list 2>/dev/null | grep -i -E '^(pyarrow|datasets|evaluate|dill|multiprocess|fsspec) ' |
             sed 's/^/image: /'
         if [ -d device_carry/whl ]; then
             python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \

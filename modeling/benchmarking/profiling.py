@@ -104,8 +104,7 @@ def profile_pass(run: Callable[[], None], device: torch.device) -> dict:
     on_gpu = device.type == "cuda"
     if on_gpu and ProfilerActivity.CUDA not in torch.profiler.supported_activities():
         raise RuntimeError("this torch's profiler cannot record CUDA kernels (no CUPTI)")
-    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
-    with profile(activities=activities) as profiler:
+    with profile(activities=_activities(device)) as profiler:
         seconds, _ = timed(run, device)
     events = profiler.events()
     if on_gpu and any(event.is_legacy for event in events):  # whole operators' CUDA-event times, parents included
@@ -119,5 +118,9 @@ def profile_pass(run: Callable[[], None], device: torch.device) -> dict:
 def start_profiler(device: torch.device) -> None:
     """One empty profiling session: what the first one starts once (CUPTI, the profiler's threads) is then in no
     model's figures."""
-    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]):
+    with profile(activities=_activities(device)):
         pass
+
+
+def _activities(device: torch.device) -> list[ProfilerActivity]:
+    return [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]
