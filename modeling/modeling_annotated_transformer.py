@@ -705,6 +705,20 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
             self.decoder.set_input_embeddings(value)
         self.encoder.set_input_embeddings(value)
 
+    def embed_with_the_shared_module(self) -> None:
+        """Tied: both stacks embed with the module `shared` itself from now on, used but not registered in them, so
+        that one module at one path holds the matrix (with the output projection). FSDP2 training (`fully_shard`)
+        needs that: accelerate shards the input embedding and the output projection in one unit, and a stack's own
+        module holding the same weight stayed in the root's unit, a second copy (torch < 2.13 trained the two apart
+        and failed after an evaluation and a save; torch 2.13 refuses to shard); a module registered at three paths
+        is one holder, but its state dict then names it three times and torch's full-state-dict load (the best
+        checkpoint's, at the end) fails on the extra two. Saved checkpoints are the same; `from_pretrained` builds
+        the stacks' own modules again."""
+        if self.config.tie_word_embeddings:
+            for stack in (self.encoder, self.decoder):
+                del stack.embeddings._modules["embed_tokens"]
+                object.__setattr__(stack.embeddings, "embed_tokens", self.shared)
+
     @can_return_tuple
     def forward(
         self,

@@ -311,6 +311,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
     args: TransformerTrainingArguments
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.is_fsdp_enabled:  # one module holds the tied embedding matrix, so that FSDP2 shards it once
+            self.accelerator.unwrap_model(self.model).model.embed_with_the_shared_module()
+
     @property
     def precision(self) -> str:
         """What the training steps compute in, as accelerate set it up (--bf16/--fp16 or accelerate's config)."""

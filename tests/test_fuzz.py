@@ -7,13 +7,26 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tokenizers import normalizers
 from model_helpers import VOCAB, tiny_model
 
 from modeling.tokenization import train_tokenizer
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomized: the same examples on every run, so that a CI run is red only for a change
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=80)  # any Unicode scalar value
+
+
+def newer_compatibility_forms() -> set[str]:
+    """The characters whose NFKC differs between Python's Unicode tables and tokenizers' older ones."""
+    tokenizers_nfkc = normalizers.NFKC()
+    characters = (chr(code) for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF)
+    return {c for c in characters if unicodedata.normalize("NFKC", c) != tokenizers_nfkc.normalize_str(c)}
+
+
+NEWER_COMPATIBILITY_FORMS = newer_compatibility_forms()
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +43,18 @@ def test_any_text_round_trips_to_its_nfkc_form(tokenizer, text):
     ids = tokenizer(text)["input_ids"]
     assert ids[-1] == tokenizer.eos_token_id and tokenizer.unk_token_id not in ids
     assert not set(ids[:-1]) & {tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id}
-    assert tokenizer.decode(ids, skip_special_tokens=True) == unicodedata.normalize("NFKC", text)
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    assert decoded == tokenizer.backend_tokenizer.normalizer.normalize_str(text)[1:]  # less the prepended space
+    if not set(text) & NEWER_COMPATIBILITY_FORMS:
+        assert decoded == unicodedata.normalize("NFKC", text)
+
+
+def test_tokenizers_nfkc_differs_from_python_s_only_on_few_recent_characters():
+    """The round trip's exception (modeling/tokenization.py): few characters, each kept as it is, for one Unicode
+    version of tokenizers' tables and Python's (a newer Python's tables add to them)."""
+    assert "\U0001FBF0" in NEWER_COMPATIBILITY_FORMS and "\u32ff" in NEWER_COMPATIBILITY_FORMS
+    assert len(NEWER_COMPATIBILITY_FORMS) < 500
+    assert all(normalizers.NFKC().normalize_str(c) == c for c in NEWER_COMPATIBILITY_FORMS)
 
 
 @st.composite
