@@ -676,6 +676,14 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         )
 
 
+def _pass_over_unregistered_embeddings(module, state_dict, prefix, *args) -> None:
+    """`load_state_dict` pre-hook of `AnnotatedTransformerModel.embed_with_the_shared_module`: a stack that embeds
+    with `shared` unregistered has no key of its own, so the state dict's copy under the stack's name is dropped."""
+    for name in ("encoder", "decoder"):
+        if "embed_tokens" not in getattr(module, name).embeddings._modules:
+            state_dict.pop(f"{prefix}{name}.embeddings.embed_tokens.weight", None)
+
+
 class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
     """The bare encoder-decoder (Figure 1 without the final Linear + Softmax); returns `Seq2SeqModelOutput`."""
 
@@ -712,12 +720,19 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         module holding the same weight stayed in the root's unit, a second copy (torch < 2.13 trained the two apart
         and failed after an evaluation and a save; torch 2.13 refuses to shard); a module registered at three paths
         is one holder, but its state dict then names it three times and torch's full-state-dict load (the best
-        checkpoint's, at the end) fails on the extra two. Saved checkpoints are the same; `from_pretrained` builds
-        the stacks' own modules again."""
-        if self.config.tie_word_embeddings:
-            for stack in (self.encoder, self.decoder):
-                del stack.embeddings._modules["embed_tokens"]
-                object.__setattr__(stack.embeddings, "embed_tokens", self.shared)
+        checkpoint's, at the end) fails on the extra two. A state dict that names the stacks' embeddings (a model
+        saved or loaded with its own modules) still loads: those copies of `shared.weight` are passed over. Saved
+        checkpoints are the same; `from_pretrained` builds the stacks' own modules again, and so do
+        `set_input_embeddings` and `resize_token_embeddings`."""
+        if not self.config.tie_word_embeddings or "embed_tokens" not in self.encoder.embeddings._modules:
+            return
+        for stack in (self.encoder, self.decoder):
+            del stack.embeddings._modules["embed_tokens"]
+            object.__setattr__(stack.embeddings, "embed_tokens", self.shared)
+        if not hasattr(self, "_passes_over_unregistered_embeddings"):
+            self._passes_over_unregistered_embeddings = self.register_load_state_dict_pre_hook(
+                _pass_over_unregistered_embeddings
+            )
 
     @can_return_tuple
     def forward(

@@ -16,14 +16,15 @@ Pipeline, and why each piece is there:
 - post-processor: `</s>` appended to every sequence (source and target). `<s>` is never added here: the model
   prepends it to the decoder input (`decoder_start_token_id`).
 
-Round-trip policy: `decode(encode(text), skip_special_tokens=True) == unicodedata.normalize("NFKC", text)` for any
-text, where the two agree on NFKC: tokenizers' tables are of an older Unicode version than Python 3.11's (14.0), so
-72 code points whose compatibility forms came later (U+32FF "㋿", U+1FBF0-9 segmented digits, ...) keep their form
-(the round trip then gives the tokenizer's own normalization, `tokenizer.backend_tokenizer.normalizer`). Whitespace is data: leading, trailing and repeated spaces, tabs and newlines all come back as they were (strip
-or collapse them in the data if you want that). So the round trip is the identity on NFKC-normalized text (Multi30k
-is, except 45 German lines whose no-break spaces NFKC turns into plain spaces). Text that spells a special token
-("</s>", "<unk>") is ordinary text (`split_special_tokens=True`): special tokens come only from the post-processor
-and the model, so such text round-trips too.
+Round-trip policy: `decode(encode(text), skip_special_tokens=True)` is the NFKC of `text` as tokenizers computes it
+(`tokenizer.backend_tokenizer.normalizer`), which is `unicodedata.normalize("NFKC", text)` except on characters newer
+than tokenizers' Unicode tables: under Python 3.11's Unicode 14.0, 170 of them, compatibility characters (U+32FF "㋿",
+U+1FBF0-9 segmented digits) that keep their form and combining marks that keep their place (Python reorders them by
+their combining class). Whitespace is data: leading, trailing and repeated spaces, tabs and newlines all come back as
+they were (strip or collapse them in the data if you want that). So the round trip is the identity on NFKC-normalized
+text (Multi30k is, except 45 German lines whose no-break spaces NFKC turns into plain spaces). Text that spells a
+special token ("</s>", "<unk>") is ordinary text (`split_special_tokens=True`): special tokens come only from the
+post-processor and the model, so such text round-trips too.
 
 Separate source/target tokenizers are saved as `directory/` (source) and `directory/target_tokenizer/`;
 `load_tokenizers(directory)` returns whichever was saved.

@@ -313,8 +313,9 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.is_fsdp_enabled:  # one module holds the tied embedding matrix, so that FSDP2 shards it once
-            self.accelerator.unwrap_model(self.model).model.embed_with_the_shared_module()
+        base = getattr(self.accelerator.unwrap_model(self.model), "model", None)
+        if self.is_fsdp_enabled and hasattr(base, "embed_with_the_shared_module"):
+            base.embed_with_the_shared_module()  # one module holds the tied embedding matrix: FSDP2 shards it once
 
     @property
     def precision(self) -> str:
