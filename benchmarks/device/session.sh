@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The GPU parts of the open issues on a lent GPU machine (the workplace's `device` tool). A task that draws one gets 15
 # minutes of it in all (its start included), calls of at most 10 minutes, and the machine goes back 30 s after a
-# call: the steps run one after another in a background process on the machine, within a lease deadline, and each
-# call waits for them, then copies what finished into $OUT.
+# call: the steps run in order (see + below) in a background process on the machine, within a lease deadline, and
+# each call waits for them, then copies what finished into $OUT.
 #
 # Here, once: bash benchmarks/device/stage.sh. Then two device calls with carry ["device_carry"]:
 #   1. bash benchmarks/device/session.sh start STEP...   (timeout_s 600) install the carried wheels, check the
 #      imports, start the steps with a deadline LEASE_S seconds from now (default 660), wait up to 540 s
 #   2. bash benchmarks/device/session.sh wait            (timeout_s 300) right after: waits for the rest, until the
 #      deadline at most
-# Name the steps in the order they matter: a step that cannot fit in the time left before the deadline is skipped (a
-# recipe needs RECIPE_TAIL_S + 120 s, checks 300, tests 120, the benchmark 180, compiled 360), and each is cut to the deadline:
+# A step named with a leading + runs at the same time as the one before it, e.g. recipes, which leave most of an
+# H100 idle (an FSDP epoch of 4,096-token batches ran at 7.5 steps/s, 30k tokens/s, a tenth of the benchmark's
+# rate): recipe:A +recipe:B trains both at once. Name the steps in the order they matter: a step (or group) that
+# cannot fit in the time left before the deadline is skipped (a recipe needs RECIPE_TAIL_S + 120 s, checks 300,
+# tests 120, the benchmark 180, compiled 360), and each is cut to the deadline:
 # a recipe trains for the time left less RECIPE_TAIL_S (default 260: data, tokenizer, the final evaluations,
 # averaging, three beam-4 scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's
 # --stop_time_hours); the benchmark is interrupted (it keeps the sections it finished).
@@ -18,9 +21,10 @@
 # in one `start`; a recipe, like the benchmark, takes the rest of its lease):
 # 1. (done 2026-11-26 on an H100, two leases: the benchmark's figures and its profile, README "On a GPU"; all GPU
 #    tests but the FSDP config's pass, whose fix is not yet run there)
-# 2. the FSDP test (about 80 s), then the de-en recipe: tests:fsdp recipe:multi30k_de_en
-# 3. recipe:multi30k_en_de, 4. recipe:multi30k_de_en:--norm_first=true (the post-norm / pre-norm comparison),
-#    5. what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh processes and again
+# 2. the three recipes at once, the FSDP test beside them (LEASE_S=720: about 460 s of training each):
+#    recipe:multi30k_de_en +recipe:multi30k_en_de +recipe:multi30k_de_en:--norm_first=true +tests:fsdp
+#    (de-en and en-de, and de-en pre-norm: the post-norm / pre-norm comparison)
+# 3. what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh processes and again
 #    in its own, so it takes a lease of its own):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
@@ -217,24 +221,46 @@ run_step() {  # STEP JSON_PATH
     esac
 }
 
-drive() {  # the background process: every queued step, in order
-    while read -r step; do
-        local tag; tag=$(tag_of "$step")
-        if [ "$(seconds_left)" -lt "$(needs "$step")" ]; then
-            echo "$(seconds_left) s left before the deadline, $(needs "$step") s needed" > "$work/steps/$tag.skipped"
-            continue
+launch_step() {  # STEP: run it, its start, exit status and end in $work/steps/<tag>.*
+    local tag; tag=$(tag_of "$1")
+    date +%s > "$work/steps/$tag.start"
+    run_step "$1" "$work/steps/$tag.json" > "$work/steps/$tag.full.log" 2>&1
+    echo $? > "$work/steps/$tag.rc"
+    date +%s > "$work/steps/$tag.end"
+}
+
+run_group() {  # STEP...: together, if the first fits in the time left (each skipped otherwise)
+    local member needed; needed=$(needs "$1")
+    if [ "$(seconds_left)" -lt "$needed" ]; then
+        for member in "$@"; do
+            echo "$(seconds_left) s left before the deadline, $needed s needed" \
+                > "$work/steps/$(tag_of "$member").skipped"
+        done
+        return
+    fi
+    for member in "$@"; do launch_step "$member" & done
+    wait
+}
+
+drive() {  # the background process: every queued step, in order; a step named with a leading + runs together with
+    # the one before it (the group starts if its first step fits in the time left, and ends when all its steps have)
+    local group=() line
+    while read -r line; do
+        if [ "${line#+}" != "$line" ]; then
+            group+=("${line#+}")
+        else
+            [ ${#group[@]} -gt 0 ] && run_group "${group[@]}"
+            group=("$line")
         fi
-        date +%s > "$work/steps/$tag.start"
-        run_step "$step" "$work/steps/$tag.json" > "$work/steps/$tag.full.log" 2>&1
-        echo $? > "$work/steps/$tag.rc"
-        date +%s > "$work/steps/$tag.end"
     done < "$work/queue"
+    [ ${#group[@]} -gt 0 ] && run_group "${group[@]}"
 }
 
 collect_and_report() {
     local now; now=$(date +%s)
     while read -r step; do
         local tag state
+        step=${step#+}
         tag=$(tag_of "$step")
         if [ -f "$work/steps/$tag.skipped" ]; then
             state="skipped: $(cat "$work/steps/$tag.skipped")"
