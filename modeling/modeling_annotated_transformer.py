@@ -82,17 +82,36 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-def check_token_ids(token_ids: torch.Tensor | None, vocab_size: int, name: str) -> None:
+def check_token_ids(*checks: tuple[torch.Tensor | None, int, str]) -> None:
     """Refuse ids the embedding cannot look up, with their value, instead of its bare "index out of range" (or a
-    device-side assert on a GPU). One device sync; skipped while torch.compile traces."""
-    if token_ids is None or token_ids.numel() == 0 or torch.compiler.is_compiling():
+    device-side assert on a GPU). Each check is (token_ids, vocab_size, name); all of them cost one device sync
+    together, and a tensor checked once (unchanged since) is not checked again, so a training step syncs once, not
+    once per stack. Skipped while torch.compile traces."""
+    if torch.compiler.is_compiling():
         return
-    low, high = torch.stack(torch.aminmax(token_ids)).tolist()
-    if low < 0 or high >= vocab_size:
-        raise ValueError(
-            f"`{name}` holds the token id {low if low < 0 else high}, outside the vocabulary [0, {vocab_size - 1}]: "
-            "were the ids made by another tokenizer?"
-        )
+    checks = [(ids, size, name) for ids, size, name in checks if ids is not None and ids.numel() and not (
+        (mark := _checked_mark(ids, size)) is not None and getattr(ids, "_ids_checked", None) == mark)]
+    if not checks:
+        return
+    for (ids, size, name), (low, high) in zip(checks, _token_id_ranges([ids for ids, _, _ in checks])):
+        if low < 0 or high >= size:
+            raise ValueError(
+                f"`{name}` holds the token id {low if low < 0 else high}, outside the vocabulary [0, {size - 1}]: "
+                "were the ids made by another tokenizer?"
+            )
+        if (mark := _checked_mark(ids, size)) is not None:
+            ids._ids_checked = mark
+
+
+def _token_id_ranges(tensors: list[torch.Tensor]) -> list[list[int]]:
+    """[lowest, highest] id of each tensor, read to the host in one device sync."""
+    return torch.stack([torch.stack(torch.aminmax(ids)) for ids in tensors]).tolist()
+
+
+def _checked_mark(token_ids: torch.Tensor, vocab_size: int) -> tuple[int, int] | None:
+    """What `check_token_ids` notes on a tensor it checked: the vocabulary size and the tensor's version (an in-place
+    change makes it another); none for an inference-mode tensor, which keeps no version (checked each time)."""
+    return None if token_ids.is_inference() else (vocab_size, token_ids._version)
 
 
 def check_labels_fit_decoder_inputs(labels: torch.Tensor, decoder_tokens: torch.Tensor | None) -> None:
@@ -576,7 +595,7 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
     # no `merge_with_config_defaults`: its `use_cache` default would reach the layers, which keep no cache
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
-        check_token_ids(input_ids, self.config.src_vocab_size, "input_ids")
+        check_token_ids((input_ids, self.config.src_vocab_size, "input_ids"))
         hidden_states = self.embeddings(input_ids, inputs_embeds, attention_mask=attention_mask)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -637,7 +656,7 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         past_length = cache.get_seq_length() if cache is not None else 0
         # later generation steps feed back ids the model itself chose; a compiled step checks nothing on the host
         if not torch.compiler.is_compiling() and past_length == 0:
-            check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
+            check_token_ids((input_ids, self.config.vocab_size, "decoder_input_ids"))
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length)
 
         batch_size, seq_length = hidden_states.shape[:2]
@@ -1010,7 +1029,6 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             time it is given), since their padding would be counted.
         """
         if labels is not None:
-            check_token_ids(labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels")
             check_labels_fit_decoder_inputs(
                 labels, decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
             )
@@ -1020,6 +1038,12 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+            # the stacks' ids with the labels, in one device sync (the stacks then find them checked)
+            check_token_ids(
+                (labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels"),
+                (input_ids if encoder_outputs is None else None, self.config.src_vocab_size, "input_ids"),
+                (decoder_input_ids, self.config.vocab_size, "decoder_input_ids"),
+            )
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,

@@ -7,7 +7,7 @@ from model_helpers import VOCAB, enable_checkpointing, padded_batch, tiny_config
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils.output_capturing import OutputRecorder
 
-from modeling import AnnotatedTransformerModel
+from modeling import AnnotatedTransformerModel, modeling_annotated_transformer
 from modeling.modeling_annotated_transformer import (
     SublayerConnection,
     deepnet_gains,
@@ -338,6 +338,32 @@ def test_token_ids_outside_the_vocabulary_are_refused_by_name(where, bad_id):
         inputs[where][0, 2] = bad_id
     with pytest.raises(ValueError, match=rf"`{where}` holds the token id {bad_id}, outside the vocabulary \[0, 39\]"):
         model(**inputs)
+
+
+def test_a_training_forward_reads_its_token_id_ranges_in_one_device_sync(monkeypatch):
+    """The labels, the source and the decoder inputs are checked together (one sync, not one per stack: on a GPU
+    each sync lets the GPU run dry while the host catches up), and ids checked once are not read again until they
+    change in place."""
+    syncs = []
+    ranges = modeling_annotated_transformer._token_id_ranges
+    monkeypatch.setattr(modeling_annotated_transformer, "_token_id_ranges",
+                        lambda tensors: syncs.append(len(tensors)) or ranges(tensors))
+    model = tiny_model()
+    input_ids, attention_mask = padded_batch()
+    labels = input_ids.clone()
+    model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert syncs == [3]  # labels, input_ids, the decoder inputs built from the labels
+    model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert syncs == [3, 2]  # the labels' masked copy and the new decoder inputs; the source is known
+    input_ids[0, 1] = 45
+    with pytest.raises(ValueError, match="`input_ids` holds the token id 45"):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    with torch.inference_mode():  # inference tensors keep no version: checked each time they are used
+        input_ids = input_ids.clamp(max=39)
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)
+        input_ids[1, 2] = 41
+        with pytest.raises(ValueError, match="`input_ids` holds the token id 41"):
+            model(input_ids=input_ids, attention_mask=attention_mask)
 
 
 def test_generate_refuses_source_ids_outside_the_vocabulary():
