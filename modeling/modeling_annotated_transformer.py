@@ -11,6 +11,8 @@ linear layers, the weights-file checks and the translation pipeline), so `trust_
 this package is not installed.
 """
 
+import contextlib
+import contextvars
 import functools
 import math
 import os
@@ -82,15 +84,20 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+# (id(tensor), vocabulary size) of the token ids a forward call checked for the stacks it calls (`token_ids_checked`)
+_TOKEN_IDS_CHECKED = contextvars.ContextVar("token_ids_checked", default=frozenset())
+
+
 def check_token_ids(*checks: tuple[torch.Tensor | None, int, str]) -> None:
     """Refuse ids the embedding cannot look up, with their value, instead of its bare "index out of range" (or a
-    device-side assert on a GPU). Each check is (token_ids, vocab_size, name); all of them cost one device sync
-    together, and a tensor checked once (unchanged since) is not checked again, so a training step syncs once, not
-    once per stack. Skipped while torch.compile traces."""
+    device-side assert on a GPU). Each check is (token_ids, vocab_size, name); together they cost one device sync
+    (one per device). Tensors checked by the forward call under way (`token_ids_checked`) are passed over. Skipped
+    while torch.compile traces."""
     if torch.compiler.is_compiling():
         return
-    checks = [(ids, size, name) for ids, size, name in checks if ids is not None and ids.numel() and not (
-        (mark := _checked_mark(ids, size)) is not None and getattr(ids, "_ids_checked", None) == mark)]
+    checked = _TOKEN_IDS_CHECKED.get()
+    checks = [(ids, size, name) for ids, size, name in checks
+              if ids is not None and ids.numel() and (id(ids), size) not in checked]
     if not checks:
         return
     for (ids, size, name), (low, high) in zip(checks, _token_id_ranges([ids for ids, _, _ in checks])):
@@ -99,19 +106,33 @@ def check_token_ids(*checks: tuple[torch.Tensor | None, int, str]) -> None:
                 f"`{name}` holds the token id {low if low < 0 else high}, outside the vocabulary [0, {size - 1}]: "
                 "were the ids made by another tokenizer?"
             )
-        if (mark := _checked_mark(ids, size)) is not None:
-            ids._ids_checked = mark
+
+
+@contextlib.contextmanager
+def token_ids_checked(*checks: tuple[torch.Tensor | None, int, str]):
+    """`check_token_ids(*checks)`, then, within, the stacks called by the same forward pass over those tensors: a
+    training step (labels, source and decoder inputs) syncs once, not once per stack. A GPU waits for the host after
+    each sync until work is queued again. Holds for this call only: nothing is noted on the tensors themselves."""
+    check_token_ids(*checks)
+    known = {(id(ids), size) for ids, size, _ in checks if ids is not None}
+    token = _TOKEN_IDS_CHECKED.set(_TOKEN_IDS_CHECKED.get() | known)
+    try:
+        yield
+    finally:
+        _TOKEN_IDS_CHECKED.reset(token)
 
 
 def _token_id_ranges(tensors: list[torch.Tensor]) -> list[list[int]]:
-    """[lowest, highest] id of each tensor, read to the host in one device sync."""
-    return torch.stack([torch.stack(torch.aminmax(ids)) for ids in tensors]).tolist()
-
-
-def _checked_mark(token_ids: torch.Tensor, vocab_size: int) -> tuple[int, int] | None:
-    """What `check_token_ids` notes on a tensor it checked: the vocabulary size and the tensor's version (an in-place
-    change makes it another); none for an inference-mode tensor, which keeps no version (checked each time)."""
-    return None if token_ids.is_inference() else (vocab_size, token_ids._version)
+    """[lowest, highest] id of each tensor, read to the host in one device sync per device."""
+    ranges = [None] * len(tensors)
+    devices = {}
+    for index, ids in enumerate(tensors):
+        devices.setdefault(ids.device, []).append(index)
+    for indices in devices.values():
+        values = torch.stack([torch.stack(torch.aminmax(tensors[index])) for index in indices]).tolist()
+        for index, value in zip(indices, values):
+            ranges[index] = value
+    return ranges
 
 
 def check_labels_fit_decoder_inputs(labels: torch.Tensor, decoder_tokens: torch.Tensor | None) -> None:
@@ -1038,24 +1059,25 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-            # the stacks' ids with the labels, in one device sync (the stacks then find them checked)
-            check_token_ids(
-                (labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels"),
-                (input_ids if encoder_outputs is None else None, self.config.src_vocab_size, "input_ids"),
-                (decoder_input_ids, self.config.vocab_size, "decoder_input_ids"),
-            )
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache_argument(cache, past_key_values),
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
+        # with labels (training), the stacks' ids are checked with them, in one device sync
+        checked = contextlib.nullcontext() if labels is None or torch.compiler.is_compiling() else token_ids_checked(
+            (labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels"),
+            (input_ids if encoder_outputs is None else None, self.config.src_vocab_size, "input_ids"),
+            (decoder_input_ids, self.config.vocab_size, "decoder_input_ids"),
         )
+        with checked:
+            outputs = self.model(
+                input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                decoder_attention_mask=decoder_attention_mask,
+                encoder_outputs=encoder_outputs,
+                cache=cache_argument(cache, past_key_values),
+                inputs_embeds=inputs_embeds,
+                decoder_inputs_embeds=decoder_inputs_embeds,
+                use_cache=use_cache,
+                **kwargs,
+            )
         logits = self.lm_head(outputs.last_hidden_state)
 
         loss = None

@@ -1,3 +1,4 @@
+import copy
 import math
 import re
 
@@ -341,9 +342,9 @@ def test_token_ids_outside_the_vocabulary_are_refused_by_name(where, bad_id):
 
 
 def test_a_training_forward_reads_its_token_id_ranges_in_one_device_sync(monkeypatch):
-    """The labels, the source and the decoder inputs are checked together (one sync, not one per stack: on a GPU
-    each sync lets the GPU run dry while the host catches up), and ids checked once are not read again until they
-    change in place."""
+    """The labels, the source and the decoder inputs are checked together: one sync, not one per stack (on a GPU
+    the GPU waits after each sync while the host queues work again). Only for that call: every call checks again,
+    so ids changed in any way between calls (in place, through `.data`, in a copy) are refused."""
     syncs = []
     ranges = modeling_annotated_transformer._token_id_ranges
     monkeypatch.setattr(modeling_annotated_transformer, "_token_id_ranges",
@@ -353,17 +354,22 @@ def test_a_training_forward_reads_its_token_id_ranges_in_one_device_sync(monkeyp
     labels = input_ids.clone()
     model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     assert syncs == [3]  # labels, input_ids, the decoder inputs built from the labels
-    model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    assert syncs == [3, 2]  # the labels' masked copy and the new decoder inputs; the source is known
-    input_ids[0, 1] = 45
-    with pytest.raises(ValueError, match="`input_ids` holds the token id 45"):
-        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    with torch.inference_mode():  # inference tensors keep no version: checked each time they are used
-        input_ids = input_ids.clamp(max=39)
-        model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)
-        input_ids[1, 2] = 41
-        with pytest.raises(ValueError, match="`input_ids` holds the token id 41"):
-            model(input_ids=input_ids, attention_mask=attention_mask)
+    with torch.inference_mode():
+        model(input_ids=input_ids.clone(), attention_mask=attention_mask, labels=labels.clone())
+    assert syncs == [3, 3]
+    encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+    model(attention_mask=attention_mask, labels=labels, encoder_outputs=encoder_outputs)
+    assert syncs == [3, 3, 1, 2]  # the encoder's own; then the labels and the decoder inputs
+    model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels)  # no labels: per stack
+    assert syncs == [3, 3, 1, 2, 1, 1]
+    input_ids.data[0, 1] = 45
+    copied = copy.deepcopy(input_ids)
+    for source in (input_ids, copied):
+        with pytest.raises(ValueError, match="`input_ids` holds the token id 45"):
+            model(input_ids=source, attention_mask=attention_mask, labels=labels)
+    model.resize_token_embeddings(30)
+    with pytest.raises(ValueError, match=r"`labels` holds the token id 3\d, outside the vocabulary \[0, 29\]"):
+        model(input_ids=input_ids.clamp(max=29), attention_mask=attention_mask, labels=labels)
 
 
 def test_generate_refuses_source_ids_outside_the_vocabulary():

@@ -11,8 +11,8 @@
 #      deadline at most
 # A step named with a leading + runs at the same time as the one before it, e.g. recipes, which leave most of an
 # H100 idle (an FSDP epoch of 4,096-token batches ran at 7.5 steps/s, 30k tokens/s, a tenth of the benchmark's
-# rate): recipe:A +recipe:B trains both at once. Name the steps in the order they matter: a step (or group) that
-# cannot fit in the time left before the deadline is skipped (a recipe needs RECIPE_TAIL_S + 120 s, checks 300,
+# rate): recipe:A +recipe:B trains both at once. Name the steps in the order they matter: a step (or a group, if any
+# of its steps) that cannot fit in the time left before the deadline is skipped (a recipe needs RECIPE_TAIL_S + 120 s, checks 300,
 # tests 120, the benchmark 180, compiled 360), and each is cut to the deadline:
 # a recipe trains for the time left less RECIPE_TAIL_S (default 260: data, tokenizer, the final evaluations,
 # averaging, three beam-4 scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's
@@ -21,7 +21,8 @@
 # in one `start`; a recipe, like the benchmark, takes the rest of its lease):
 # 1. (done 2026-11-26 on an H100, two leases: the benchmark's figures and its profile, README "On a GPU"; all GPU
 #    tests but the FSDP config's pass, whose fix is not yet run there)
-# 2. the three recipes at once, the FSDP test beside them (LEASE_S=720: about 460 s of training each):
+# 2. the three recipes at once, the FSDP test beside them (LEASE_S=700 RECIPE_TAIL_S=300, the tail longer for three
+#    recipes' evaluations at once: about 400 s of training each, within the 900 s of device time with a start):
 #    recipe:multi30k_de_en +recipe:multi30k_en_de +recipe:multi30k_de_en:--norm_first=true +tests:fsdp
 #    (de-en and en-de, and de-en pre-norm: the post-norm / pre-norm comparison)
 # 3. what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh processes and again
@@ -229,8 +230,11 @@ launch_step() {  # STEP: run it, its start, exit status and end in $work/steps/<
     date +%s > "$work/steps/$tag.end"
 }
 
-run_group() {  # STEP...: together, if the first fits in the time left (each skipped otherwise)
-    local member needed; needed=$(needs "$1")
+run_group() {  # STEP...: together, if each fits in the time left (all skipped otherwise)
+    local member needed=0
+    for member in "$@"; do
+        [ "$(needs "$member")" -gt "$needed" ] && needed=$(needs "$member")
+    done
     if [ "$(seconds_left)" -lt "$needed" ]; then
         for member in "$@"; do
             echo "$(seconds_left) s left before the deadline, $needed s needed" \
@@ -238,12 +242,12 @@ run_group() {  # STEP...: together, if the first fits in the time left (each ski
         done
         return
     fi
-    for member in "$@"; do launch_step "$member" & done
+    for member in "$@"; do launch_step "$member" < /dev/null & done  # not the queue's lines on their stdin
     wait
 }
 
 drive() {  # the background process: every queued step, in order; a step named with a leading + runs together with
-    # the one before it (the group starts if its first step fits in the time left, and ends when all its steps have)
+    # the one before it (the group starts if each of its steps fits in the time left, and ends when all have)
     local group=() line
     while read -r line; do
         if [ "${line#+}" != "$line" ]; then
@@ -256,7 +260,7 @@ drive() {  # the background process: every queued step, in order; a step named w
     [ ${#group[@]} -gt 0 ] && run_group "${group[@]}"
 }
 
-collect_and_report() {
+collect_and_report() {  # [quiet]: copy what finished (and running steps' figures so far) into $OUT; say each state
     local now; now=$(date +%s)
     while read -r step; do
         local tag state
@@ -275,15 +279,15 @@ collect_and_report() {
             fi
         elif [ -f "$work/steps/$tag.start" ]; then
             state="running for $(( now - $(cat "$work/steps/$tag.start") )) s; last line: $(tail -n 1 "$work/steps/$tag.full.log" | tr '\r' '\n' | tail -n 1 | cut -c1-150)"
-            if [ -f "$work/steps/$tag.json" ]; then  # a recipe's figures so far: this may be the last call
+            if [ -f "$work/steps/$tag.json" ]; then  # a recipe's figures so far: this may be the last call (its
+                # JSON only: a call brings back 8 files, and three recipes and the tests may be under way at once)
                 cp "$work/steps/$tag.json" "$out/$tag.json"
-                tail -n 300 "$work/steps/$tag.full.log" > "$out/$tag.log"
                 state="$state (its figures so far in \$OUT)"
             fi
         else
             state="queued"
         fi
-        printf '%-40s %s\n' "$step" "$state"
+        [ "${1:-}" = quiet ] || printf '%-40s %s\n' "$step" "$state"
     done < "$work/queue"
 }
 
@@ -291,7 +295,11 @@ wait_for_steps() {
     [ -f "$work/queue" ] || { echo "session.sh: nothing started on this machine (a fresh one?); use 'start'" >&2; exit 2; }
     local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
     [ "$deadline" -gt $(( $(cat "$work/deadline") + 30 )) ] && deadline=$(( $(cat "$work/deadline") + 30 ))
-    while kill -0 "$(cat "$work/driver.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    # what finishes is copied into $OUT as it does, so that a call stopped at its limit still brings it back
+    while kill -0 "$(cat "$work/driver.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+        sleep 5
+        collect_and_report quiet
+    done
     collect_and_report
     if kill -0 "$(cat "$work/driver.pid")" 2>/dev/null; then
         echo "STILL RUNNING: call 'bash benchmarks/device/session.sh wait' now"
@@ -329,5 +337,6 @@ pyarrow.__version__); datasets.Dataset.from_dict({'a': ['x']})" || exit 1
         ;;
     wait) wait_for_steps ;;
     _drive) drive ;;
-    *) echo "usage: session.sh start STEP... | wait   (steps: checks, tests:EXPR, benchmark[:ARGS], recipe:NAME[:ARGS])" >&2; exit 2 ;;
+    *) echo "usage: session.sh start STEP... | wait   (steps: checks, tests:EXPR, benchmark[:ARGS], recipe:NAME[:ARGS];
++STEP runs beside the step before)" >&2; exit 2 ;;
 esac
