@@ -717,8 +717,9 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
 
 
 def _pass_over_unregistered_embeddings(module, state_dict, prefix, *args) -> None:
-    """`load_state_dict` pre-hook of `AnnotatedTransformerModel.embed_with_the_shared_module`: a stack that embeds
-    with `shared` unregistered has no key of its own, so the state dict's copy under the stack's name is dropped."""
+    """`load_state_dict` pre-hook of a tied `AnnotatedTransformerModel`: a stack that embeds with `shared`
+    unregistered (`embed_with_the_shared_module`) has no key of its own, so the state dict's copy under the stack's
+    name is dropped."""
     for name in ("encoder", "decoder"):
         if "embed_tokens" not in getattr(module, name).embeddings._modules:
             state_dict.pop(f"{prefix}{name}.embeddings.embed_tokens.weight", None)
@@ -738,6 +739,8 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
                 "encoder.embeddings.embed_tokens.weight": "shared.weight",
                 "decoder.embeddings.embed_tokens.weight": "shared.weight",
             }
+            # for `embed_with_the_shared_module` (it passes nothing over while the stacks keep their own modules)
+            self.register_load_state_dict_pre_hook(_pass_over_unregistered_embeddings)
         else:
             self._tied_weights_keys = None
         self.encoder = AnnotatedTransformerEncoder(config)
@@ -769,10 +772,6 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         for stack in (self.encoder, self.decoder):
             del stack.embeddings._modules["embed_tokens"]
             object.__setattr__(stack.embeddings, "embed_tokens", self.shared)
-        if not hasattr(self, "_passes_over_unregistered_embeddings"):
-            self._passes_over_unregistered_embeddings = self.register_load_state_dict_pre_hook(
-                _pass_over_unregistered_embeddings
-            )
 
     @can_return_tuple
     def forward(

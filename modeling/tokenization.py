@@ -58,8 +58,8 @@ MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
 _TEXT_BATCH_SIZE = 1000
 # Tokenizer training cuts a word (as its pre-tokenizer splits text) longer than this many characters into pieces of
 # this length: the BPE trainer spends time quadratic in a word's length (a 400,000-letter word took 105 s, in these
-# pieces 5 s; 200,000 spaces 38 s, in pieces 5 s), and no merge learned beyond it would be a token of real text. Only texts longer
-# than this are looked at; sentences, and their words, are trained on as they are.
+# pieces 5 s; 200,000 spaces 38 s, in pieces 5 s), and no merge learned beyond it would be a token of real text. Only
+# texts longer than this are looked at; sentences, and their words, are trained on as they are.
 TRAINING_WORD_LENGTH = 1024
 
 TextSource = str | os.PathLike | Iterable[str | os.PathLike]
