@@ -487,6 +487,17 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
         """Save as transformers does, plus the weights' SHA-256 digests (`checksums.sha256`) that loading checks."""
+        # FSDP2's `fully_shard` gives a sharded model a class of its own, `FSDP<name>`, defined in torch: transformers
+        # would save that class's file and its relative imports (torch's FSDP sources) as the model code and name
+        # the class in `auto_map`, a folder that fails to load. Saved as the class it was built as, it does not.
+        sharded_class = type(self)
+        self.__class__ = unsharded_class(sharded_class)
+        try:
+            return self._save_pretrained(save_directory, is_main_process, *args, **kwargs)
+        finally:
+            self.__class__ = sharded_class
+
+    def _save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
         # Saved as custom code (`register_for_auto_class`), the folder should also open with `AutoModel`, not only
         # with the Auto class of the saved object, so both models go into `auto_map`.
         if self._auto_class is not None:
@@ -565,6 +576,15 @@ def residual_branch_matrices(layer: nn.Module) -> list[nn.Linear]:
         layer.feed_forward.fc1,
         layer.feed_forward.fc2,
     ]
+
+
+def unsharded_class(cls: type) -> type:
+    """`cls`, or the class FSDP2's `fully_shard` built it from where `cls` is the `FSDP<name>` class it made."""
+    if not torch.distributed.is_available():
+        return cls
+    from torch.distributed.fsdp import FSDPModule
+
+    return next(base for base in cls.__mro__ if not issubclass(base, FSDPModule))
 
 
 def deepnet_gains(encoder_layers: int, decoder_layers: int) -> tuple[float, float]:

@@ -78,6 +78,17 @@ try:
         saved[f"model.{stack}.embeddings.embed_tokens.weight"] = saved["model.shared.weight"].clone()
     set_model_state_dict(model, saved, options=StateDictOptions(full_state_dict=True))
     step()
+    # saved as the Trainer saves an FSDP2 model (the sharded model itself, a full state dict), then loaded as code
+    # from the folder, as a user of the Hub would
+    folder = sys.argv[4]
+    model.save_pretrained(folder, state_dict=get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
+    result["code_files"] = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
+    result["auto_map"] = json.load(open(os.path.join(folder, "config.json")))["auto_map"]
+    from transformers import AutoModelForSeq2SeqLM
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    result["loaded_class"] = type(loaded).__name__
+    result["loaded_the_trained_matrix"] = torch.equal(loaded.model.shared.weight, model.model.shared.weight.full_tensor())
 except Exception as error:  # torch 2.13 refuses a parameter in two FSDP units at the first forward
     print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
     sys.exit(0)
@@ -88,9 +99,10 @@ print(json.dumps(result))
 """
 
 
-def shard_and_train(share: bool, norm_first: bool) -> dict:
+def shard_and_train(share: bool, norm_first: bool, folder) -> dict:
     result = subprocess.run(
-        [sys.executable, "-c", WORKER, "share" if share else "own", "pre" if norm_first else "post", str(free_port())],
+        [sys.executable, "-c", WORKER, "share" if share else "own", "pre" if norm_first else "post", str(free_port()),
+         str(folder)],
         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}", "OMP_NUM_THREADS": "1"},
         capture_output=True, text=True, timeout=300,
     )
@@ -99,17 +111,24 @@ def shard_and_train(share: bool, norm_first: bool) -> dict:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_fsdp2_shards_the_tied_matrix_once_and_trains_on_after_an_evaluation_and_a_save(norm_first):
-    result = shard_and_train(share=True, norm_first=norm_first)
+def test_fsdp2_shards_the_tied_matrix_once_and_trains_on_after_an_evaluation_and_a_save(norm_first, tmp_path):
+    result = shard_and_train(share=True, norm_first=norm_first, folder=tmp_path / "sharded")
+    # saved from the sharded model, the folder holds the same code as one saved from a model never sharded (not
+    # torch's FSDP sources, which transformers took for the model's code: the class fully_shard made is torch's)
+    tiny_model().save_pretrained(tmp_path / "plain")
+    plain_auto_map = json.loads((tmp_path / "plain" / "config.json").read_text())["auto_map"]
+    plain_code_files = sorted(path.name for path in (tmp_path / "plain").glob("*.py"))
     assert result == {"generated": [3, 5], "one_matrix": True, "shared_weight_trained": True,
-                      "keys": ["lm_head.weight", "model.shared.weight"], "holders_equal_in_the_state_dict": True}
+                      "keys": ["lm_head.weight", "model.shared.weight"], "holders_equal_in_the_state_dict": True,
+                      "code_files": plain_code_files, "auto_map": plain_auto_map,
+                      "loaded_class": "AnnotatedTransformerForConditionalGeneration", "loaded_the_trained_matrix": True}
 
 
-def test_each_stack_s_own_embedding_module_is_a_second_holder_fsdp2_cannot_shard():
+def test_each_stack_s_own_embedding_module_is_a_second_holder_fsdp2_cannot_shard(tmp_path):
     """Why the Trainer shares the module under FSDP: with the stacks' own modules, accelerate's unit of the input
     embedding and the output projection leaves the other stack's holder to the root unit (torch 2.13 refuses; torch
     2.11 trained two copies apart and failed after an evaluation and a save)."""
-    result = shard_and_train(share=False, norm_first=False)
+    result = shard_and_train(share=False, norm_first=False, folder=tmp_path)
     if torch.__version__ >= "2.13":
         assert "shared with a parameter already managed by another FSDP group" in result["error"]
     else:  # an older torch shards both: a failure later on, or holders that drift apart
