@@ -491,8 +491,8 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
         # would save that class's file and its relative imports (torch's FSDP sources) as the model code and name
         # the class in `auto_map`, a folder that fails to load. Saved as the class it was built as, it does not.
         sharded_class = type(self)
-        self.__class__ = unsharded_class(sharded_class)
         try:
+            self.__class__ = _unsharded_class(sharded_class)
             return self._save_pretrained(save_directory, is_main_process, *args, **kwargs)
         finally:
             self.__class__ = sharded_class
@@ -578,15 +578,6 @@ def residual_branch_matrices(layer: nn.Module) -> list[nn.Linear]:
     ]
 
 
-def unsharded_class(cls: type) -> type:
-    """`cls`, or the class FSDP2's `fully_shard` built it from where `cls` is the `FSDP<name>` class it made."""
-    if not torch.distributed.is_available():
-        return cls
-    from torch.distributed.fsdp import FSDPModule
-
-    return next(base for base in cls.__mro__ if not issubclass(base, FSDPModule))
-
-
 def deepnet_gains(encoder_layers: int, decoder_layers: int) -> tuple[float, float]:
     """DeepNet's beta for an N-layer encoder and an M-layer decoder (Wang et al. 2022, "DeepNet: Scaling Transformers
     to 1,000 Layers", §3): 0.87 (N^4 M)^(-1/16) for the encoder, (12 M)^(-1/4) for the decoder (0.50 and 0.34 at
@@ -599,6 +590,16 @@ def deepnet_gains(encoder_layers: int, decoder_layers: int) -> tuple[float, floa
 # ----------------------------------------------------------------------------------------------------------------------
 # §3.1 Encoder and decoder stacks
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+def _unsharded_class(cls: type) -> type:
+    """`cls`, or the class FSDP2's `fully_shard` built it from where `cls` is the `FSDP<name>` class (made in torch)
+    that it gives a sharded module."""
+    if not torch.distributed.is_available():
+        return cls
+    from torch.distributed.fsdp import FSDPModule
+
+    return next(base for base in cls.__mro__ if not issubclass(base, FSDPModule))
 
 
 def layer_outputs(layer_class: type[nn.Module], depth_key: str) -> OutputRecorder | type[nn.Module]:

@@ -1,8 +1,9 @@
 """FSDP2 sharding of the tied model as accelerate does it for configs/accelerate_fsdp.yaml (its own
 `fsdp2_prepare_model`, on CPU: gloo, one process), then what training does with it: a step, an evaluation with
 `generate`, a full state dict (a save), another step, the full state dict loaded back (the best checkpoint at the end),
-a last step. accelerate runs FSDP on GPUs only, so its Accelerator is
-stood in for by the few settings `fsdp2_prepare_model` reads; tests/test_gpu.py trains the config end to end."""
+a last step, a save of the sharded model (as custom code), loaded back with the Auto classes. accelerate runs FSDP on
+GPUs only, so its Accelerator is stood in for by the few settings `fsdp2_prepare_model` reads; tests/test_gpu.py
+trains the config end to end."""
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from launch_helpers import REPO_ROOT, free_port
+from launch_helpers import OFFLINE_ENV, REPO_ROOT, free_port
 from model_helpers import VOCAB, tiny_model
 
 from modeling import AnnotatedTransformerForConditionalGeneration
@@ -78,17 +79,16 @@ try:
         saved[f"model.{stack}.embeddings.embed_tokens.weight"] = saved["model.shared.weight"].clone()
     set_model_state_dict(model, saved, options=StateDictOptions(full_state_dict=True))
     step()
-    # saved as the Trainer saves an FSDP2 model (the sharded model itself, a full state dict), then loaded as code
-    # from the folder, as a user of the Hub would
+    # saved as the Trainer saves an FSDP2 model (the sharded model itself, a full state dict)
     folder = sys.argv[4]
     model.save_pretrained(folder, state_dict=get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
     result["code_files"] = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
     result["auto_map"] = json.load(open(os.path.join(folder, "config.json")))["auto_map"]
-    from transformers import AutoModelForSeq2SeqLM
-    loaded = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
-    result["loaded_class"] = type(loaded).__name__
-    result["loaded_the_trained_matrix"] = torch.equal(loaded.model.shared.weight, model.model.shared.weight.full_tensor())
+    from safetensors.torch import load_file
+    result["saved_the_trained_matrix"] = torch.equal(
+        load_file(os.path.join(folder, "model.safetensors"))["model.shared.weight"],
+        model.model.shared.weight.full_tensor())
 except Exception as error:  # torch 2.13 refuses a parameter in two FSDP units at the first forward
     print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
     sys.exit(0)
@@ -97,6 +97,28 @@ holders = [model.model.shared, model.model.encoder.embeddings.embed_tokens, mode
 result["one_matrix"] = all(module.weight is holders[0].weight for module in holders)
 print(json.dumps(result))
 """
+
+
+# A folder loaded as a user of the Hub loads it: in a process without this package (imported, it would register its
+# own classes with the Auto classes, which transformers then prefers to the folder's code)
+LOAD_AS_CODE = r"""
+import json, sys
+import torch
+sys.modules["modeling"] = None
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+saved = load_file(sys.argv[1] + "/model.safetensors")["model.shared.weight"]
+print(json.dumps({"class": type(model).__name__, "weights": torch.equal(model.model.shared.weight, saved),
+                  "from_the_folder": type(model).__module__.startswith("transformers_modules.")}))
+"""
+
+
+def load_as_code(folder) -> dict:
+    result = subprocess.run([sys.executable, "-c", LOAD_AS_CODE, str(folder)], cwd=folder,
+                            env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def shard_and_train(share: bool, norm_first: bool, folder) -> dict:
@@ -120,8 +142,9 @@ def test_fsdp2_shards_the_tied_matrix_once_and_trains_on_after_an_evaluation_and
     plain_code_files = sorted(path.name for path in (tmp_path / "plain").glob("*.py"))
     assert result == {"generated": [3, 5], "one_matrix": True, "shared_weight_trained": True,
                       "keys": ["lm_head.weight", "model.shared.weight"], "holders_equal_in_the_state_dict": True,
-                      "code_files": plain_code_files, "auto_map": plain_auto_map,
-                      "loaded_class": "AnnotatedTransformerForConditionalGeneration", "loaded_the_trained_matrix": True}
+                      "code_files": plain_code_files, "auto_map": plain_auto_map, "saved_the_trained_matrix": True}
+    assert load_as_code(tmp_path / "sharded") == {
+        "class": "AnnotatedTransformerForConditionalGeneration", "from_the_folder": True, "weights": True}
 
 
 def test_each_stack_s_own_embedding_module_is_a_second_holder_fsdp2_cannot_shard(tmp_path):
@@ -166,6 +189,7 @@ def test_an_untied_model_keeps_its_embedding_modules():
 
 def test_a_trainer_without_fsdp_leaves_the_stacks_their_own_modules(tmp_path):
     model = tiny_model()
-    TransformerSeq2SeqTrainer(model=model, args=TransformerTrainingArguments(output_dir=str(tmp_path), use_cpu=True, eval_strategy="no"))
+    TransformerSeq2SeqTrainer(
+        model=model, args=TransformerTrainingArguments(output_dir=str(tmp_path), use_cpu=True, eval_strategy="no"))
     assert "embed_tokens" in model.model.encoder.embeddings._modules
     assert model.model.encoder.embeddings.embed_tokens is not model.model.shared
