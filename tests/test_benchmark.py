@@ -326,6 +326,7 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     check_results(written, fresh_processes=False)
     assert written["data"]["first_step"] is None
     assert not any("profile" in train for train in written["train"]["tiny"].values())  # only with --profile
+    assert not any("profile" in setting for setting in written["generate"]["tiny"].values())
     table = format_table(written)
     assert "first epoch: target tokens/s" in table
     assert "cross-entropy; parameters" in table and "smoothing 0.1 (Marian: LabelSmoother); parameters" in table
@@ -357,6 +358,30 @@ def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeyp
     table = format_table(results)
     assert re.search(r"profile +tiny +smoothing 0\.1 .*: one profiled pass ms", table)
     assert re.search(r"profile +tiny +  matrix products: ms \(share\) +[\d,.]+ \(\d+%\)", table)
+
+
+def test_a_profiled_generation_setting_gives_each_models_time_by_kind_of_work(tmp_path):
+    """--profile with generation: one more generate() call per model and setting under torch.profiler, after the
+    timed ones, and table rows under the setting's name."""
+    settings = settings_from_arguments(build_parser().parse_args(
+        tiny_arguments(tmp_path, "--only", "generate", "--profile")))
+    results = json.loads(write_results(run_benchmark(settings, train_script=None, log=print), settings.output)
+                         .read_text())
+    assert set(results["generate"]["tiny"]) == {"greedy_batch3", "beam2_batch3"}
+    for setting in results["generate"]["tiny"].values():
+        profiled = setting["profile"]
+        for name in ("ours", "marian"):
+            figures = profiled[name]
+            for kind in ("matrix products", "attention"):
+                assert figures["kinds"][kind] > 0, (name, kind)
+            assert sum(figures["kinds"].values()) == pytest.approx(figures["profiled_seconds"])
+            assert 0 < figures["profiled_seconds"] <= 1.5 * figures["seconds"]
+            assert "busy_fraction" not in figures
+        assert profiled["ratio"]["seconds"] == pytest.approx(
+            profiled["ours"]["seconds"] / profiled["marian"]["seconds"])
+    table = format_table(results)
+    assert re.search(r"profile +tiny +greedy, batch 3, 3 new: one profiled call ms", table)
+    assert re.search(r"profile +tiny +beam 2, batch 3, 3 new: one profiled call ms", table)
 
 
 def test_a_gpu_profile_counts_each_kernel_once_under_the_operator_that_launched_it():
@@ -433,15 +458,19 @@ def test_a_profiler_that_fails_is_recorded_and_keeps_the_figures_measured_before
     def broken(run, device):
         raise RuntimeError("no CUPTI")
 
-    monkeypatch.setattr(training_speed, "profile_pass", broken)
-    arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0", "--profile")
+    monkeypatch.setattr(profiling, "profile_pass", broken)
+    arguments = tiny_arguments(tmp_path, "--only", "train", "generate", "--label_smoothing", "0", "--profile")
     settings = settings_from_arguments(build_parser().parse_args(arguments))
     results = run_benchmark(settings, train_script=None, log=lambda message: None)
     train = results["train"]["tiny"]["cross_entropy"]
     assert train["profile"] == {"error": "RuntimeError: no CUPTI"} and "errors" not in results
     for phase in ("first_epoch", "steady"):
         assert train[phase]["ours"]["target_tokens_per_s"] > 0 and train[phase]["marian"]["target_tokens_per_s"] > 0
-    assert re.search(r"profile +tiny +cross-entropy: failed, RuntimeError: no CUPTI", format_table(results))
+    greedy = results["generate"]["tiny"]["greedy_batch3"]
+    assert greedy["profile"] == {"error": "RuntimeError: no CUPTI"} and greedy["ours"]["tokens_per_s"] > 0
+    table = format_table(results)
+    assert re.search(r"profile +tiny +cross-entropy: failed, RuntimeError: no CUPTI", table)
+    assert re.search(r"profile +tiny +greedy, batch 3, 3 new: failed, RuntimeError: no CUPTI", table)
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -14,6 +14,9 @@ up to and including its first `</s>` (or all `max_new_tokens` when there is none
 the padding after `</s>` counts. Beam search counts the returned best hypothesis per source, not every beam. Untrained
 weights rarely produce `</s>`, so most outputs run to `max_new_tokens`, and the rate is close to steps x batch size /
 time.
+
+With `--profile`, one more `generate()` call per model and setting under `torch.profiler` (see `profiling`): its time
+by kind of work and, on a GPU, the fraction of a timed call the kernels ran (`busy_fraction`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from .lengths import PairLengths, source_batch, source_lengths_sample
 from .measure import autocast, interleaved, timed
 from .models import MODEL_NAMES, benchmark_config, build_models
+from .profiling import profiled_in_turn
 from .report import comparison
 from .settings import BenchmarkSettings
 
@@ -108,5 +112,7 @@ def benchmark_generation(size: str, settings: BenchmarkSettings, lengths: PairLe
                 "max_new_tokens": settings.max_new_tokens,
                 "same_output": bool(same),
                 **comparison(figures),
+                **({"profile": profiled_in_turn(generate, {name: figures[name]["seconds"] for name in figures},
+                                                device)} if settings.profile else {}),
             }
     return results

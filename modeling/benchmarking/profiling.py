@@ -1,20 +1,23 @@
-"""Where a training pass's time goes: one pass under `torch.profiler`, its time by kind of work (`--profile`).
+"""Where the time goes: one training pass, or one `generate()` call of each generation setting, under
+`torch.profiler`, its time by kind of work (`--profile`).
 
-The pass is an extra one over the steady batches, after the timed ones, so the profiler's overhead is in no other
-figure. On a GPU the times are the kernels' device times, each kernel counted once under the operator that launched
-it, and `busy_fraction` (set by `training_speed`) divides their sum by an unprofiled steady pass's time: well under
-1, the GPU waits on the host (kernel launches, Python, synchronisations) and faster kernels would not help; near 1,
-the kinds say which kernels to make faster. On a CPU they are the operators' self times on the calling thread
+The profiled run is an extra one, after the timed ones, so the profiler's overhead is in no other figure. On a GPU
+the times are the kernels' device times, each kernel counted once under the operator that launched it, and
+`busy_fraction` divides their sum by the median unprofiled run's time (a steady training pass, a timed `generate()`
+call): well under 1, the GPU waits on the host (kernel launches, Python, synchronisations) and faster kernels would
+not help; near 1, the kinds say which kernels to make faster. On a CPU they are the operators' self times on the calling thread
 (their sum is close to the wall time).
 
 A time's kind is its context's where an enclosing operator names one (`CONTEXTS`: the optimizer's step, a loss, so
 that their elementwise work counts there), else its own name's (`KINDS`: kernel names on a GPU, aten operator names
 on a CPU). The backward of Marian's `LabelSmoother` (negation, gather, sums) has no such context and counts as
-elementwise work.
+elementwise work. In `generate()` the "loss" is beam search's log-softmax of each step's scores.
 """
 
 from __future__ import annotations
 
+import functools
+import statistics
 from collections.abc import Callable
 
 import torch
@@ -22,6 +25,8 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from .measure import timed
+from .models import MODEL_NAMES
+from .report import comparison
 
 LOSS = "loss"
 OTHER = "elementwise and other"
@@ -113,6 +118,21 @@ def profile_pass(run: Callable[[], None], device: torch.device) -> dict:
     if on_gpu and not kinds:
         raise RuntimeError("the profiler recorded no GPU kernel")
     return {"seconds": seconds, "profiled_seconds": sum(kinds.values()), "kinds": kinds, "top": top}
+
+
+def profiled_in_turn(run: Callable[[str], object], unprofiled_seconds: dict[str, list[float]], device) -> dict:
+    """One profiled `run(name)` per model (`profile_pass`), compared; on a GPU each with `busy_fraction`, its
+    kernels' time over the median of `unprofiled_seconds[name]`. A profiler that fails is recorded as
+    {"error": ...}: the figures measured before it are kept."""
+    try:
+        start_profiler(device)
+        profiled = {name: profile_pass(functools.partial(run, name), device) for name in MODEL_NAMES}
+    except Exception as error:  # noqa: BLE001 - recorded in the results
+        return {"error": f"{type(error).__name__}: {error}"}
+    if device.type == "cuda":
+        for name, figures in profiled.items():
+            figures["busy_fraction"] = figures["profiled_seconds"] / statistics.median(unprofiled_seconds[name])
+    return comparison(profiled)
 
 
 def start_profiler(device: torch.device) -> None:

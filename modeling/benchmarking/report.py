@@ -81,10 +81,11 @@ def format_table(results: dict) -> str:
         for name, generated in settings.items():
             search = "greedy" if generated["num_beams"] == 1 else f"beam {generated['num_beams']}"
             cache = "" if generated.get("cache", "dynamic") == "dynamic" else f", {generated['cache']} cache"
-            label = (f"{search}, batch {generated['batch_size']}{cache}, {generated['max_new_tokens']} new: "
-                     "tokens/s (best)")
-            label += "" if generated["same_output"] else " (outputs differ)"
+            setting = f"{search}, batch {generated['batch_size']}{cache}, {generated['max_new_tokens']} new"
+            label = f"{setting}: tokens/s (best)" + ("" if generated["same_output"] else " (outputs differ)")
             _compared(rows, "generate", size, label, generated, "tokens_per_s", _rate)
+            if "profile" in generated:
+                _profile_rows(rows, size, setting, generated["profile"], "call")
     data = results.get("data")
     if data:
         pipeline, stages = data["pipeline"], data["pipeline"]["stage_seconds"]
@@ -126,16 +127,17 @@ def _training_rows(rows, size: str, train: dict) -> None:
         _profile_rows(rows, size, loss, train["profile"])
 
 
-def _profile_rows(rows, size: str, loss: str, profiled: dict) -> None:
-    """One profiled pass per model: its wall time (on a GPU, with the fraction of a steady pass kernels ran), then
-    each kind's time and share of the profiled time."""
+def _profile_rows(rows, size: str, setting: str, profiled: dict, run: str = "pass") -> None:
+    """One profiled pass (or generate() call) per model: its wall time (on a GPU, with the fraction of an unprofiled
+    one the kernels ran), then each kind's time and share of the profiled time."""
     if "error" in profiled:
-        rows.append(("profile", size, f"{loss}: failed, {profiled['error']}"[:160], "", "", ""))
+        rows.append(("profile", size, f"{setting}: failed, {profiled['error']}"[:160], "", "", ""))
         return
     ours, marian = profiled["ours"], profiled["marian"]
     gpu = "busy_fraction" in ours
+    steady = "a steady pass" if run == "pass" else "a timed call"
     _compared(rows, "profile", size,
-              f"{loss}: one profiled pass ms" + (" (kernels busy, % of a steady pass)" if gpu else ""),
+              f"{setting}: one profiled {run} ms" + (f" (kernels busy, % of {steady})" if gpu else ""),
               profiled, "seconds", lambda m: f"{1e3 * m['seconds']:,.1f}" + (
                   f" ({100 * m['busy_fraction']:.0f}%)" if gpu else ""))
     for kind in dict.fromkeys([*ours["kinds"], *marian["kinds"]]):

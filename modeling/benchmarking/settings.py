@@ -178,8 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Train both models through torch.compile (as the Trainer's --torch_compile does); the first epoch then "
              "includes the compilation (off).")
     add("--profile", action="store_true", default=None,
-        help="After the steady passes, one more per model under torch.profiler: its time by kind of work (matrix "
-             "products, attention, the loss, the optimizer, ...) and, on a GPU, the fraction of it kernels ran (off).")
+        help="After the steady passes, one more per model under torch.profiler, and after each generation "
+             "setting's timed calls one more call: its time by kind of work (matrix products, attention, the loss, "
+             "the optimizer, ...) and, on a GPU, the fraction of it kernels ran (off).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

@@ -26,7 +26,6 @@ the same time, and peak_fraction divides it by the measured matmul peak.
 from __future__ import annotations
 
 import contextlib
-import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from . import measure
 from .lengths import PairLengths, batch_lengths, training_batch
 from .measure import MemoryWatch, autocast, count_flops, interleaved, timed
 from .models import MODEL_NAMES, benchmark_config, build_model, build_models, trainable_parameters
-from .profiling import profile_pass, start_profiler
+from .profiling import profiled_in_turn
 from .report import comparison
 from .settings import BenchmarkSettings
 
@@ -192,21 +191,6 @@ def fresh_training_run(spec: dict) -> dict:
             "training_memory_bytes": training}
 
 
-def profiled_passes(run_all: Callable[[str], None], steady_seconds: dict, device: torch.device) -> dict:
-    """One profiled pass per model (see `profiling`), compared; on a GPU with `busy_fraction`, the kernels' time over
-    the median unprofiled steady pass. A profiler that fails is recorded as {"error": ...}: the figures measured
-    before it are kept."""
-    try:
-        start_profiler(device)
-        profiled = {name: profile_pass(functools.partial(run_all, name), device) for name in MODEL_NAMES}
-    except Exception as error:  # noqa: BLE001 - recorded in the results
-        return {"error": f"{type(error).__name__}: {error}"}
-    if device.type == "cuda":
-        for name, figures in profiled.items():
-            figures["busy_fraction"] = figures["profiled_seconds"] / statistics.median(steady_seconds[name])
-    return comparison(profiled)
-
-
 def benchmark_training_loss(
     size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
 ) -> dict:
@@ -245,7 +229,7 @@ def benchmark_training_loss(
         for repetition in range(settings.repetitions):
             for name in interleaved(MODEL_NAMES, repetition):
                 steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
-        profiled = profiled_passes(run_all, steady_seconds, device) if settings.profile else None
+        profiled = profiled_in_turn(run_all, steady_seconds, device) if settings.profile else None
 
     def rates(name, seconds):
         tokens_per_s = statistics.median(target_tokens / s for s in seconds)
