@@ -15,7 +15,7 @@
 # of its steps) that cannot fit in the time left before the deadline is skipped (a recipe needs RECIPE_TAIL_S + 120 s, checks 300,
 # tests 120, the benchmark 180, compiled 360), and each is cut to the deadline:
 # a recipe trains for the time left less RECIPE_TAIL_S (default 260: data, tokenizer, the final evaluations,
-# averaging, three beam-4 scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's
+# averaging, three or four beam-4 scorings and a beam-6 one) and at most its config's stop_time_hours (train.py's
 # --stop_time_hours); the benchmark is interrupted (it keeps the sections it finished).
 # The open issues' GPU parts take a lease each, one per task that draws a machine, in this order (each lease's steps
 # in one `start`; a recipe, like the benchmark, takes the rest of its lease):
@@ -26,8 +26,9 @@
 #    about 155 s; the FSDP test passed after a second call with its fix)
 # 2b. the two GPU recipes as long as a lease allows, for the issue's targets (missed by 0.6 BLEU at 405 s, 27
 #    epochs): the configs stop at 30 epochs, so these run on to the deadline and keep 10 saves for an average of the
-#    last 10 (LEASE_S=780 RECIPE_TAIL_S=200: about 570 s of training each, within the 900 s of device time with a
-#    start); against lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the last 5, beam 4), the
+#    last 10 (LEASE_S=770 RECIPE_TAIL_S=240: lease 2's tail took about 160 s with three recipes, and the average of
+#    10 adds two scorings; about 520 s of training each, within the 900 s of device time with a start of 30-60 s if
+#    the machine is given back right after the wait call); against lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the last 5, beam 4), the
 #    better on validation becomes the recipe:
 #    recipe:multi30k_de_en:--num_train_epochs=100,--save_total_limit=11
 #    +recipe:multi30k_en_de:--num_train_epochs=100,--save_total_limit=11
@@ -147,7 +148,7 @@ sys.exit(0 if bleu[1] > bleu[0] else 1)" "$1" "$2" 2>/dev/null
 }
 
 step_recipe() {  # JSON recipe:NAME[:ARGS]; the JSON is written after each stage, so a failure keeps what came before
-    local json=$1 spec=${2#recipe:} name extra run source target hours saves chosen
+    local json=$1 spec=${2#recipe:} name extra run source target hours chosen
     name=${spec%%:*}
     extra=$([ "$spec" != "$name" ] && echo "${spec#*:}" | tr ',' ' ')
     run=$work/$(tag_of "$2")
@@ -181,6 +182,8 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
             [ "$count" = 5 ] && [ "$kept" -ge 2 ] || break
             count=$kept
         fi
+        # the last 10 only where the time left holds them and still the beam-6 and test scorings (as below)
+        [ "$count" -le 5 ] || [ "$(seconds_left)" -gt $(( 6 * seconds4 + 90 )) ] || break
         averaged=$run-avg$([ "$count" -gt 5 ] && echo "$count")
         if timeout "$(until_deadline 5)" python3 scripts/average_checkpoints.py "$run" --last "$count" \
                 --output_dir "$averaged" && began=$SECONDS &&
