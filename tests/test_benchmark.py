@@ -243,6 +243,27 @@ def test_settings_defaults_quick_and_errors():
     with pytest.raises(ValueError, match=r"--label_smoothing needs one or more values in \[0, 1\), got 0.1 1.0"):
         parse("--label_smoothing", "0.1", "1")
     assert full.compile is False and parse("--compile").compile is True
+    assert full.cudnn_attention is True and parse("--no_cudnn_attention").cudnn_attention is False
+
+
+def test_a_run_without_cudnn_attention_turns_it_off_and_says_so(tmp_path):
+    """--no_cudnn_attention: both models' SDPA in the measuring process without cuDNN's kernels, recorded as what
+    torch then has (and a run without the flag leaves torch's own setting alone)."""
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        arguments = tiny_arguments(tmp_path, "--only", "generate", "--num_beams", "1")
+        settings = settings_from_arguments(build_parser().parse_args(arguments))
+        results = run_benchmark(settings, train_script=None, log=lambda message: None)
+        assert results["environment"]["cudnn_attention"] is enabled
+        assert torch.backends.cuda.cudnn_sdp_enabled() is enabled
+        settings = settings_from_arguments(build_parser().parse_args([*arguments, "--no_cudnn_attention"]))
+        results = run_benchmark(settings, train_script=None, log=lambda message: None)
+        assert results["environment"]["cudnn_attention"] is False and results["settings"]["cudnn_attention"] is False
+        assert torch.backends.cuda.cudnn_sdp_enabled() is False
+        assert "SDPA without cuDNN attention" in format_table(results)
+        assert results["generate"]["tiny"]["greedy_batch3"]["same_output"]
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(enabled)
 
 
 @pytest.mark.slow

@@ -33,9 +33,13 @@
 #    recipe:multi30k_de_en:--num_train_epochs=100,--save_total_limit=11
 #    +recipe:multi30k_en_de:--num_train_epochs=100,--save_total_limit=11
 # 3. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why"; about
-#    a minute), then what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh
-#    processes and again in its own):
+#    a minute), then eager training (the one-sync change) with and without cuDNN's attention kernels (whether their
+#    plan for each new shape is what makes a first epoch slow: its `step_seconds` against steady):
 #    benchmark:--sizes,base,--only,generate,--caches,dynamic,--profile
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+# 4. what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh processes and again
+#    in its own):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;

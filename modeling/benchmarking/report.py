@@ -64,7 +64,8 @@ def format_table(results: dict) -> str:
     lines = [
         f"Annotated Transformer vs MarianMTModel on {environment['device']} ({environment['device_name']}, "
         f"{environment['threads']} threads), {environment['dtype']}"
-        f"{', training through torch.compile' if environment.get('compiled_training') else ''}, "
+        f"{', training through torch.compile' if environment.get('compiled_training') else ''}"
+        f"{', SDPA without cuDNN attention' if environment.get('cudnn_attention') is False else ''}, "
         f"torch {environment['torch']}, transformers "
         f"{environment['transformers']}, {environment['date']}; load average {environment['load_average_at_start']:.1f}"
         f" at the start, {environment['load_average_at_end']:.1f} at the end",

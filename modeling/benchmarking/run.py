@@ -23,7 +23,7 @@ from .data_speed import benchmark_data
 from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
 from .measure import MemoryWatch, matmul_peak
-from .settings import BenchmarkSettings
+from .settings import BenchmarkSettings, configure_torch
 from .training_speed import benchmark_training_loss, loss_name
 
 CTRANSLATE2_MISSING = "ctranslate2 is not installed (pip install -e '.[ctranslate2]')"
@@ -57,6 +57,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "threads": torch.get_num_threads(),
         "dtype": settings.dtype,
         "compiled_training": settings.compile,
+        "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
         "memory_method": MemoryWatch(device).method,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -76,7 +77,7 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
     stopped midway keeps what it measured. A corpus that gives no lengths raises ValueError before any measuring."""
     start = time.perf_counter()
     datasets.disable_progress_bars()
-    torch.set_num_threads(settings.threads)
+    configure_torch(settings)
     device = torch.device(settings.device)
     results = {"environment": environment(settings), "settings": settings.to_dict()}
     save = save or (lambda results: None)

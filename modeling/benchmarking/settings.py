@@ -27,7 +27,7 @@ DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 DEFAULTS = dict(
     sections=list(SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
-    vocab_size=8000, max_length=128, seed=0, compile=False, profile=False,
+    vocab_size=8000, max_length=128, seed=0, compile=False, profile=False, cudnn_attention=True,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -69,6 +69,7 @@ class BenchmarkSettings:
     seed: int
     compile: bool
     profile: bool
+    cudnn_attention: bool
     quick: bool
     output: str
 
@@ -109,6 +110,14 @@ class BenchmarkSettings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def configure_torch(settings: BenchmarkSettings) -> None:
+    """What a measuring process sets in torch: its threads, and cuDNN attention turned off where asked (never turned
+    on: off by default in a torch, it stays off)."""
+    torch.set_num_threads(settings.threads)
+    if not settings.cudnn_attention:
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def check_output(path: Path) -> None:
@@ -181,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="After the steady passes, one more per model under torch.profiler, and after each generation "
              "setting's timed calls one more call: its time by kind of work (matrix products, attention, the loss, "
              "the optimizer, ...) and, on a GPU, the fraction of it kernels ran (off).")
+    add("--no_cudnn_attention", dest="cudnn_attention", action="store_false", default=None,
+        help="Both models' SDPA without cuDNN's attention kernels (torch.backends.cuda.enable_cudnn_sdp(False)), "
+             "which build a plan for each new shape: flash or memory-efficient attention instead (on).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

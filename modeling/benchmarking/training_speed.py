@@ -42,7 +42,7 @@ from .measure import MemoryWatch, autocast, count_flops, interleaved, timed
 from .models import MODEL_NAMES, benchmark_config, build_model, build_models, trainable_parameters
 from .profiling import profiled_in_turn
 from .report import comparison
-from .settings import BenchmarkSettings
+from .settings import BenchmarkSettings, configure_torch
 
 # (source, target) lengths of the one-pair batches whose FLOPs fix `TrainingFlops`' coefficients (more than 5 points,
 # so an exact fit is a check that the FLOPs really are this polynomial).
@@ -170,7 +170,7 @@ def _device_batches(pair_lengths, settings: BenchmarkSettings, device: torch.dev
 def fresh_training_run(spec: dict) -> dict:
     """One model's first pass over the batches, in a fresh process (see `run_in_fresh_process`)."""
     settings = BenchmarkSettings(**spec["settings"])
-    torch.set_num_threads(settings.threads)
+    configure_torch(settings)
     device = torch.device(settings.device)
     config = benchmark_config(spec["size"], settings.vocab_size, spec["label_smoothing"])
     model = training_model(build_model(spec["model"], config, settings.seed).to(device))
