@@ -26,10 +26,10 @@
 #    about 155 s; the FSDP test passed after a second call with its fix)
 # 2b. the two GPU recipes as long as a lease allows, for the issue's targets (missed by 0.6 BLEU at 405 s, 27
 #    epochs): the configs stop at 30 epochs, so these run on to the deadline and keep 10 saves for an average of the
-#    last 10 (LEASE_S=770 RECIPE_TAIL_S=240: lease 2's tail took about 160 s with three recipes, and the average of
+#    last 10 (LEASE_S=770 RECIPE_TAIL_S=240: lease 2's tail took about 155 s with three recipes, and the average of
 #    10 adds two scorings; about 520 s of training each, within the 900 s of device time with a start of 30-60 s if
-#    the machine is given back right after the wait call); against lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the last 5, beam 4), the
-#    better on validation becomes the recipe:
+#    the machine is given back right after the wait call); against lease 2's validation figures (43.11 de-en, 40.08
+#    en-de, the average of the last 5, beam 4), the better on validation becomes the recipe:
 #    recipe:multi30k_de_en:--num_train_epochs=100,--save_total_limit=11
 #    +recipe:multi30k_en_de:--num_train_epochs=100,--save_total_limit=11
 # 3. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why"; about

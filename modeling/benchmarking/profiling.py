@@ -5,8 +5,8 @@ The profiled run is an extra one, after the timed ones, so the profiler's overhe
 the times are the kernels' device times, each kernel counted once under the operator that launched it, and
 `busy_fraction` divides their sum by the median unprofiled run's time (a steady training pass, a timed `generate()`
 call): well under 1, the GPU waits on the host (kernel launches, Python, synchronisations) and faster kernels would
-not help; near 1, the kinds say which kernels to make faster. On a CPU they are the operators' self times on the calling thread
-(their sum is close to the wall time).
+not help; near 1, the kinds say which kernels to make faster. On a CPU they are the operators' self times on the
+calling thread (their sum is close to the wall time).
 
 A time's kind is its context's where an enclosing operator names one (`CONTEXTS`: the optimizer's step, a loss, so
 that their elementwise work counts there), else its own name's (`KINDS`: kernel names on a GPU, aten operator names
