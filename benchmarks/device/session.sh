@@ -72,9 +72,15 @@ export PYTHONPATH=$site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OF
 
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
 
+gpu_tests() {  # JSON SECONDS [PYTEST ARGS]: python -m pytest -m gpu, to end SECONDS before the deadline; its whole
+    # output in <step>.pytest.log (which comes back too)
+    timeout "$(until_deadline "$2")" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider "${@:3}" \
+        > "${1%.json}.pytest.log" 2>&1
+}
+
 step_checks() {
-    local tests_log=${1%.json}.pytest.log  # all of it comes back too, as <step>.pytest.log
-    timeout "$(until_deadline 120)" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider > "$tests_log" 2>&1
+    local tests_log=${1%.json}.pytest.log
+    gpu_tests "$1" 120
     local tests=$?
     local run=$work/fsdp-epoch
     rm -rf "$run"
@@ -96,8 +102,7 @@ step_checks() {
 }
 
 step_tests() {  # JSON tests:EXPR
-    timeout "$(until_deadline 10)" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider -k "${2#tests:}" \
-        > "${1%.json}.pytest.log" 2>&1
+    gpu_tests "$1" 10 -k "${2#tests:}"
     local tests=$?
     tail -n 60 "${1%.json}.pytest.log"
     record "$1" pytest_gpu_k="${2#tests:}" pytest_gpu_rc="$tests"
