@@ -24,18 +24,20 @@
 # 2. (done 2026-11-26 on an H100: the three recipes at once, the FSDP test beside them, LEASE_S=700
 #    RECIPE_TAIL_S=300: 405 s of training each, README "Multi30k"; each finished 141 s before the deadline, a tail of
 #    about 155 s; the FSDP test passed after a second call with its fix)
-# 2b. the two GPU recipes as long as a lease allows, for the issue's targets (missed by 0.6 BLEU at 405 s, 27
-#    epochs): the configs stop at 30 epochs, so these run on to the deadline and keep 10 saves for an average of the
-#    last 10 (LEASE_S=770 RECIPE_TAIL_S=240: lease 2's tail took about 155 s with three recipes, and the average of
-#    10 adds two scorings; about 520 s of training each, within the 900 s of device time with a start of 30-60 s if
-#    the machine is given back right after the wait call); against lease 2's validation figures (43.11 de-en, 40.08
-#    en-de, the average of the last 5, beam 4), the better on validation becomes the recipe:
+# 2b. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why": the
+#    H100's figures already show host-bound decoding, 5.5 ms a greedy step at both batch 128 and 512; about a
+#    minute), then the two GPU recipes as long as the lease allows, for the issue's targets (missed by 0.6 BLEU at
+#    405 s, 27 epochs): the configs stop at 30 epochs, so these run on to the deadline and keep 10 saves for an
+#    average of the last 10 (LEASE_S=770 RECIPE_TAIL_S=240: lease 2's tail took about 155 s with three recipes, and
+#    the average of 10 adds two scorings; about 450 s of training each after the benchmark, within the 900 s of
+#    device time with a start of 30-60 s if the machine is given back right after the wait call); against lease
+#    2's validation figures (43.11 de-en, 40.08 en-de, the average of the last 5, beam 4), the better on validation
+#    becomes the recipe:
+#    benchmark:--sizes,base,--only,generate,--caches,dynamic,--profile
 #    recipe:multi30k_de_en:--num_train_epochs=100,--save_total_limit=11
 #    +recipe:multi30k_en_de:--num_train_epochs=100,--save_total_limit=11
-# 3. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why"; about
-#    a minute), then eager training (the one-sync change) with and without cuDNN's attention kernels (whether their
-#    plan for each new shape is what makes a first epoch slow: its `step_seconds` against steady):
-#    benchmark:--sizes,base,--only,generate,--caches,dynamic,--profile
+# 3. eager training (the one-sync change) with and without cuDNN's attention kernels (whether their plan for each
+#    new shape is what makes a first epoch slow: its `step_seconds` against steady):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
 # 4. what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh processes and again
