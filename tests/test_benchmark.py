@@ -5,6 +5,7 @@ ours / Marian."""
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from transformers.initialization import no_init_weights
 from modeling.benchmarking import generation_speed, measure, profiling, report, run, training_speed
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
-from modeling.benchmarking.lengths import synthetic_lengths, training_batch
+from modeling.benchmarking.lengths import batch_lengths, synthetic_lengths, training_batch
 from modeling.benchmarking.models import (
     SIZES,
     benchmark_config,
@@ -353,6 +354,37 @@ def test_minimal_run_has_every_figure_and_ratio(tmp_path, monkeypatch):
     assert "cross-entropy; parameters" in table and "smoothing 0.1 (Marian: LabelSmoother); parameters" in table
     steady = written["train"]["tiny"]["cross_entropy"]["steady"]["ours"]
     assert steady["target_tokens_per_s_best"] >= steady["target_tokens_per_s"]
+
+
+def test_the_first_epoch_separates_the_steps_that_bring_a_new_shape(tmp_path, monkeypatch):
+    """Each first-epoch step is a new padded shape (pairs, source, target) or one seen before in the pass; the
+    workload lists them, and each model's median step of either kind is the median of its steps' times."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0", "--steps", "8",
+                               "--max_tokens", "128", "--pad_to_multiple_of", "8")
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    results = json.loads(write_results(run_benchmark(settings, train_script=None, log=print), settings.output)
+                         .read_text())
+    train = results["train"]["tiny"]["cross_entropy"]
+    work = train["workload"]
+    steps = batch_lengths(synthetic_lengths(), settings.max_tokens, settings.steps, settings.seed,
+                          settings.pad_to_multiple_of)
+    batches = [training_batch(source, target, VOCAB, 0, settings.pad_to_multiple_of) for source, target in steps]
+    assert work["padded_shapes"] == [[*batch["input_ids"].shape, batch["labels"].shape[1]] for batch in batches]
+    assert len(work["padded_shapes"]) == work["steps"] == 8
+    first = [step for step, shape in enumerate(work["padded_shapes"]) if shape not in work["padded_shapes"][:step]]
+    assert work["unseen_shape_steps"] == first and 0 < len(first) < 8  # both kinds, for this check
+    for name in ("ours", "marian"):
+        figures = train["first_epoch"][name]
+        (seconds,) = figures["step_seconds"]
+        assert figures["median_step_seconds_unseen_shape"] == pytest.approx(
+            statistics.median(seconds[step] for step in first))
+        assert figures["median_step_seconds_seen_shape"] == pytest.approx(
+            statistics.median(time for step, time in enumerate(seconds) if step not in first))
+    assert re.search(rf"first epoch: median step ms, {len(first)} new shapes / seen ones +[\d,]+ / [\d,]+",
+                     format_table(results))
+    assert training_speed.steps_by_shape([[1.0, 2.0]], [True, True]) == {
+        "median_step_seconds_unseen_shape": 1.5, "median_step_seconds_seen_shape": None}
 
 
 def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeypatch):

@@ -122,6 +122,12 @@ def _training_rows(rows, size: str, train: dict) -> None:
                   lambda m: f"{m['target_tokens_per_s']:,.0f} ({m['target_tokens_per_s_best']:,.0f})")
         _compared(rows, "train", size, f"{name}: FLOP/s (% of peak)", train[phase], "flops_per_s",
                   lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
+        unseen = len(work.get("unseen_shape_steps", ())) if phase == "first_epoch" else 0
+        if 0 < unseen < work["steps"]:  # both kinds of step: what a new shape costs
+            _compared(rows, "train", size, f"{name}: median step ms, {unseen} new shapes / seen ones", train[phase],
+                      "median_step_seconds_unseen_shape",
+                      lambda m: f"{1e3 * m['median_step_seconds_unseen_shape']:,.0f} / "
+                                f"{1e3 * m['median_step_seconds_seen_shape']:,.0f}")
     _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
               lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
     if "profile" in train:

@@ -14,6 +14,9 @@ data loading is not in these timings (the data section times it).
   model goes first. One untimed step on a one-pair batch first starts what any run starts once (threads, CUDA
   libraries, optimizer state). Peak memory is measured there (see `MemoryWatch`), from before that step. With
   `--compile` (both models through `torch.compile`) the timed steps include compiling for the batches' shapes.
+  Each step's time is kept (`step_seconds`), with the median step whose padded shape comes for the first time in
+  the pass against the median of those whose shape came before (`steps_by_shape`): what a new shape costs (the
+  workload lists the shapes and the steps that bring a new one).
 - steady: both models in this process, after one untimed pass over the same batches (every shape seen), then
   `repetitions` timed passes alternating the order ours/Marian, Marian/ours, so drift hits both.
 - profile (`--profile`): then one more pass per model under `torch.profiler` (see `profiling`).
@@ -191,6 +194,16 @@ def fresh_training_run(spec: dict) -> dict:
             "training_memory_bytes": training}
 
 
+def steps_by_shape(step_seconds: list[list[float]], unseen: list[bool]) -> dict:
+    """The median first-epoch step whose padded shape (pairs, source, target) comes for the first time in the pass,
+    against the median of those whose shape came before: what a new shape costs (None where there is none)."""
+    def median(new: bool):
+        seconds = [step for run in step_seconds for step, first in zip(run, unseen) if first == new]
+        return statistics.median(seconds) if seconds else None
+
+    return {"median_step_seconds_unseen_shape": median(True), "median_step_seconds_seen_shape": median(False)}
+
+
 def benchmark_training_loss(
     size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
 ) -> dict:
@@ -237,11 +250,14 @@ def benchmark_training_loss(
         return {"target_tokens_per_s": tokens_per_s, "target_tokens_per_s_best": target_tokens / min(seconds),
                 "flops_per_s": flops_per_s, "peak_fraction": flops_per_s / peak_flops_per_s, "seconds": list(seconds)}
 
+    shapes = [(*batch["input_ids"].shape, batch["labels"].shape[1]) for batch in batches]  # (pairs, source, target)
+    unseen = [shape not in shapes[:step] for step, shape in enumerate(shapes)]
     first_epoch = {
         name: {**rates(name, [run["seconds"] for run in runs]),
                "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
                "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
-               "step_seconds": [run["step_seconds"] for run in runs]}
+               "step_seconds": [run["step_seconds"] for run in runs],
+               **steps_by_shape([run["step_seconds"] for run in runs], unseen)}
         for name, runs in first_runs.items()
     }
     padded = [(batch["input_ids"].numel(), batch["labels"].numel()) for batch in batches]
@@ -255,6 +271,8 @@ def benchmark_training_loss(
             "target_tokens": target_tokens,
             "padded_source_tokens": sum(source for source, _ in padded),
             "padded_target_tokens": sum(target for _, target in padded),
+            "padded_shapes": [list(shape) for shape in shapes],
+            "unseen_shape_steps": [step for step, new in enumerate(unseen) if new],
         },
         "model": comparison({
             name: {"trainable_parameters": model.num_parameters(only_trainable=True),
