@@ -370,10 +370,11 @@ def test_the_first_epoch_separates_the_steps_that_bring_a_new_shape(tmp_path, mo
     steps = batch_lengths(synthetic_lengths(), settings.max_tokens, settings.steps, settings.seed,
                           settings.pad_to_multiple_of)
     batches = [training_batch(source, target, VOCAB, 0, settings.pad_to_multiple_of) for source, target in steps]
-    assert work["padded_shapes"] == [[*batch["input_ids"].shape, batch["labels"].shape[1]] for batch in batches]
-    assert len(work["padded_shapes"]) == work["steps"] == 8
-    first = [step for step, shape in enumerate(work["padded_shapes"]) if shape not in work["padded_shapes"][:step]]
-    assert work["unseen_shape_steps"] == first and 0 < len(first) < 8  # both kinds, for this check
+    assert work["padded_shapes"] == [[*batch["input_ids"].shape, batch["labels"].shape[1]] for batch in batches] == [
+        [5, 24, 24], [8, 16, 16], [8, 16, 16], [5, 24, 24], [16, 8, 8], [5, 24, 24], [4, 32, 32], [5, 24, 24]]
+    first = [0, 1, 4, 6]  # the steps whose shape is new
+    assert work["unseen_shape_steps"] == first
+    assert work["padded_target_tokens"] == sum(batch["labels"].numel() for batch in batches)
     for name in ("ours", "marian"):
         figures = train["first_epoch"][name]
         (seconds,) = figures["step_seconds"]
@@ -381,10 +382,12 @@ def test_the_first_epoch_separates_the_steps_that_bring_a_new_shape(tmp_path, mo
             statistics.median(seconds[step] for step in first))
         assert figures["median_step_seconds_seen_shape"] == pytest.approx(
             statistics.median(time for step, time in enumerate(seconds) if step not in first))
-    assert re.search(rf"first epoch: median step ms, {len(first)} new shapes / seen ones +[\d,]+ / [\d,]+",
+    assert re.search(r"first epoch: median step ms, 4 new shapes / seen \(ratio: new\) +[\d,]+ / [\d,]+",
                      format_table(results))
     assert training_speed.steps_by_shape([[1.0, 2.0]], [True, True]) == {
         "median_step_seconds_unseen_shape": 1.5, "median_step_seconds_seen_shape": None}
+    assert training_speed.steps_by_shape([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 9.0]], [True, False, False, True]) == {
+        "median_step_seconds_unseen_shape": 4.5, "median_step_seconds_seen_shape": 4.5}  # every run's steps
 
 
 def test_a_profiled_run_gives_each_models_time_by_kind_of_work(tmp_path, monkeypatch):

@@ -24,9 +24,8 @@
 # 2. (done 2026-11-26 on an H100: the three recipes at once, the FSDP test beside them, LEASE_S=700
 #    RECIPE_TAIL_S=300: 405 s of training each, README "Multi30k"; each finished 141 s before the deadline, a tail of
 #    about 155 s; the FSDP test passed after a second call with its fix)
-# 2b. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why": the
-#    H100's figures already show host-bound decoding, 5.5 ms a greedy step at both batch 128 and 512; about a
-#    minute), then the two GPU recipes as long as the lease allows, for the issue's targets (missed by 0.6 BLEU at
+# 2b. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why", whose
+#    figures so far point to the host: README "On a GPU"; about a minute), then the two GPU recipes as long as the lease allows, for the issue's targets (missed by 0.6 BLEU at
 #    405 s, 27 epochs): the configs stop at 30 epochs, so these run on to the deadline and keep 10 saves for an
 #    average of the last 10 (LEASE_S=770 RECIPE_TAIL_S=240: lease 2's tail took about 155 s with three recipes, and
 #    the average of 10 adds two scorings; about 450 s of training each after the benchmark, within the 900 s of

@@ -252,15 +252,13 @@ def benchmark_training_loss(
 
     shapes = [(*batch["input_ids"].shape, batch["labels"].shape[1]) for batch in batches]  # (pairs, source, target)
     unseen = [shape not in shapes[:step] for step, shape in enumerate(shapes)]
-    first_epoch = {
-        name: {**rates(name, [run["seconds"] for run in runs]),
-               "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
-               "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
-               "step_seconds": [run["step_seconds"] for run in runs],
-               **steps_by_shape([run["step_seconds"] for run in runs], unseen)}
-        for name, runs in first_runs.items()
-    }
-    padded = [(batch["input_ids"].numel(), batch["labels"].numel()) for batch in batches]
+    first_epoch = {}
+    for name, runs in first_runs.items():
+        step_seconds = [run["step_seconds"] for run in runs]
+        first_epoch[name] = {**rates(name, [run["seconds"] for run in runs]),
+                             "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
+                             "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
+                             "step_seconds": step_seconds, **steps_by_shape(step_seconds, unseen)}
     return {
         "label_smoothing": label_smoothing,
         "marian_loss": "MarianMTModel's cross-entropy" if label_smoothing == 0 else "transformers' LabelSmoother",
@@ -269,8 +267,8 @@ def benchmark_training_loss(
             "pairs": sum(len(source) for source, _ in steps),
             "source_tokens": sum(sum(source) for source, _ in steps),
             "target_tokens": target_tokens,
-            "padded_source_tokens": sum(source for source, _ in padded),
-            "padded_target_tokens": sum(target for _, target in padded),
+            "padded_source_tokens": sum(pairs * source for pairs, source, _ in shapes),
+            "padded_target_tokens": sum(pairs * target for pairs, _, target in shapes),
             "padded_shapes": [list(shape) for shape in shapes],
             "unseen_shape_steps": [step for step, new in enumerate(unseen) if new],
         },
