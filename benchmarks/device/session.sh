@@ -27,11 +27,11 @@
 # 2b. where generate()'s time goes on the GPU (a profiled call per setting, for the generation targets' "why", whose
 #    figures so far point to the host: README "On a GPU"; about a minute), then the two GPU recipes, for the issue's
 #    targets (missed by 0.6 BLEU at 405 s, 27 epochs, the average of the last 5 saves): each trains its config's 30
-#    epochs (about 350 s with two at once and one-batch evaluations), keeps 15 saves, and chooses on validation among
-#    the best checkpoint and the averages of the last 5, of the 5 ending 4 and 8 saves before the last, and of the
-#    last 10. On the CPU recipe trained on past its validation loss's minimum, an average there beat the later ones
-#    (README, "Multi30k"); the GPU runs' loss was lowest at epoch 20. LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail
-#    took about 155 s with three recipes; the extra averages add four scorings, each only where time is left); within
+#    epochs (about 350 s with two at once and one-batch evaluations), keeps 16 saves (the last 16, or the last 15 and
+#    the best), and chooses on validation among the best checkpoint and the averages of the last 5, of the 5 ending 8
+#    and 4 saves before the last, and of the last 10. On the CPU recipe trained on past its validation loss's
+#    minimum, an average there beat the later ones (README, "Multi30k"); the GPU runs' loss was lowest at epoch 20. LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail
+#    took about 155 s with three recipes; the three more averages add a scoring each, only where time is left); within
 #    the 900 s of device time with a start of 30-60 s if the machine is given back right after the wait call. Against
 #    lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the last 5, beam 4), the better on
 #    validation becomes the recipe:
@@ -57,7 +57,7 @@
 #                      the carried Multi30k's lengths unless ARGS name a --data_dir
 #   recipe:NAME[:ARGS] configs/NAME.yaml trained on Multi30k (ARGS: extra train.py flags, comma-separated, e.g.
 #                      recipe:multi30k_de_en:--norm_first=true); then the last 5 checkpoints averaged (and, where
-#                      ARGS keep 15 saves, --save_total_limit=16, the 5 ending 4 and 8 before the last and the last
+#                      ARGS keep 16 saves, --save_total_limit=16, the 5 ending 8 and 4 before the last and the last
 #                      10), the averages and the best checkpoint scored with beam 4 on validation, the best of them
 #                      with beam 6 too, and it once on test with the better beam
 set -uo pipefail
@@ -185,7 +185,7 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
     seconds_best=$(( SECONDS - began + 1 ))
     record "$json" validation_best_checkpoint=@"$run/eval-validation/results.json"
     # averages of saves, each scored with beam 4 on validation: the last 5 (fewer where the deadline cut training
-    # short; none below 2), then, where the run keeps more (--save_total_limit 16), the 5 ending 4 and 8 saves before
+    # short; none below 2), then, where the run keeps more (--save_total_limit 16), the 5 ending 8 and 4 saves before
     # the last and the last 10. Past the validation loss's minimum a later average can be worse (the CPU recipe trained
     # on to 3,600 steps, README), so the window is chosen on validation too, with the best checkpoint. Each after the
     # first only where the time left holds it and still the beam-6 and test scorings (as below); a window before the
@@ -195,7 +195,7 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
 print(*list_checkpoints(sys.argv[1]), sep='\n')" "$run")
     kept=${#saves[@]}
     chosen=$run seconds4=$seconds_best
-    for window in 5:0 5:4 5:8 10:0; do
+    for window in 5:0 5:8 5:4 10:0; do
         count=${window%:*} skip=${window#*:}
         if [ "$window" = 5:0 ]; then
             [ "$kept" -ge 2 ] || continue
@@ -210,10 +210,11 @@ print(*list_checkpoints(sys.argv[1]), sep='\n')" "$run")
         else
             selection=(--checkpoints "${saves[@]:kept-count-skip:count}")
         fi
-        if timeout "$(until_deadline 5)" python3 scripts/average_checkpoints.py "${selection[@]}" \
-                --output_dir "$averaged" && began=$SECONDS &&
-            timeout "$(until_deadline 5)" python3 scripts/evaluate.py "$averaged" --split validation --num_beams 4 \
-                "${scores[@]}" --output_dir "$averaged/eval-validation"; then
+        # each limited to leave the test scoring its time (twice a beam-4 validation scoring, as below)
+        if timeout "$(until_deadline $(( 2 * seconds4 + 25 )))" python3 scripts/average_checkpoints.py \
+                "${selection[@]}" --output_dir "$averaged" && began=$SECONDS &&
+            timeout "$(until_deadline $(( 2 * seconds4 + 25 )))" python3 scripts/evaluate.py "$averaged" \
+                --split validation --num_beams 4 "${scores[@]}" --output_dir "$averaged/eval-validation"; then
             seconds_avg=$(( SECONDS - began + 1 ))
             if [ "$skip" -gt 0 ]; then
                 record "$json" "validation_averaged_before$skip=@$averaged/eval-validation/results.json" \
