@@ -124,8 +124,8 @@ def _training_rows(rows, size: str, train: dict) -> None:
                   lambda m: f"{_flops(m['flops_per_s'])} ({100 * m['peak_fraction']:.0f}%)")
         unseen = len(work.get("unseen_shape_steps", ())) if phase == "first_epoch" else 0
         if 0 < unseen < work["steps"]:  # both kinds of step: what a new shape costs
-            _compared(rows, "train", size, f"{name}: median step ms, {unseen} new shapes / seen (ratio: new)", train[phase],
-                      "median_step_seconds_unseen_shape",
+            _compared(rows, "train", size, f"{name}: median step ms, {unseen} new shapes / seen (ratio: new)",
+                      train[phase], "median_step_seconds_unseen_shape",
                       lambda m: f"{1e3 * m['median_step_seconds_unseen_shape']:,.0f} / "
                                 f"{1e3 * m['median_step_seconds_seen_shape']:,.0f}")
     _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
