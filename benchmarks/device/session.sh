@@ -218,7 +218,7 @@ print(*list_checkpoints(sys.argv[1]), sep='\n')" "$run")
             seconds_avg=$(( SECONDS - began + 1 ))
             if [ "$skip" -gt 0 ]; then
                 record "$json" "validation_averaged_before$skip=@$averaged/eval-validation/results.json" \
-                    "averaged_before${skip}_saves=$(basename "${saves[kept-count-skip]}")..$(basename "${saves[kept-skip-1]}")"
+                    "averaged_before${skip}_saves=${saves[kept-count-skip]##*/}..${saves[kept-skip-1]##*/}"
             elif [ "$count" -gt 5 ]; then
                 record "$json" validation_averaged10=@"$averaged/eval-validation/results.json"
             else
