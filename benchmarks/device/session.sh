@@ -29,12 +29,12 @@
 #    targets (missed by 0.6 BLEU at 405 s, 27 epochs, the average of the last 5 saves): each trains its config's 30
 #    epochs (about 350 s with two at once and one-batch evaluations), keeps 16 saves (the last 16, or the last 15 and
 #    the best), and chooses on validation among the best checkpoint and the averages of the last 5, of the 5 ending 8
-#    and 4 saves before the last, and of the last 10. On the CPU recipe trained on past its validation loss's
-#    minimum, an average there beat the later ones (README, "Multi30k"); the GPU runs' loss was lowest at epoch 20. LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail
-#    took about 155 s with three recipes; the three more averages add a scoring each, only where time is left); within
-#    the 900 s of device time with a start of 30-60 s if the machine is given back right after the wait call. Against
-#    lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the last 5, beam 4), the better on
-#    validation becomes the recipe:
+#    and 4 saves before the last, and of the last 10. On the CPU recipe trained on past its validation loss's minimum,
+#    an average there beat the later ones (README, "Multi30k"); the GPU runs' loss was lowest at epoch 20 (de-en) and 23
+#    (en-de). LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail took about 155 s with three recipes; the three more averages
+#    add a scoring each, only where time is left); within the 900 s of device time with a start of 30-60 s if the
+#    machine is given back right after the wait call. Against lease 2's validation figures (43.11 de-en, 40.08 en-de,
+#    the average of the last 5, beam 4), the better on validation becomes the recipe:
 #    benchmark:--sizes,base,--only,generate,--caches,dynamic,--profile
 #    recipe:multi30k_de_en:--save_total_limit=16 +recipe:multi30k_en_de:--save_total_limit=16
 # 3. eager training (the one-sync change) with and without cuDNN's attention kernels (whether their plan for each
