@@ -4,11 +4,15 @@
 # call: the steps run in order (see + below) in a background process on the machine, within a lease deadline, and
 # each call waits for them, then copies what finished into $OUT.
 #
-# Here, once: bash benchmarks/device/stage.sh. Then two device calls with carry ["device_carry"]:
-#   1. bash benchmarks/device/session.sh start STEP...   (timeout_s 600) install the carried wheels, check the
-#      imports, start the steps with a deadline LEASE_S seconds from now (default 660), wait up to 540 s
-#   2. bash benchmarks/device/session.sh wait            (timeout_s 300) right after: waits for the rest, until the
-#      deadline at most
+# Here, once: bash benchmarks/device/stage.sh. Then two device calls:
+#   1. bash benchmarks/device/session.sh start STEP...   (carry ["device_carry"], timeout_s 600) install the carried
+#      wheels, check the imports, start the steps with a deadline LEASE_S seconds from the call's start (default
+#      660; the setup, 30-50 s, counts against it), wait up to 540 s from the call's start
+#   2. bash benchmarks/device/session.sh wait            (no carry, timeout_s 300) right after: waits for the rest,
+#      until the deadline at most. Without carry the machine keeps the device_carry it has; carried again, it would
+#      be replaced while the steps read it (and sent again on the device's clock)
+# BENCHMARK_S caps a benchmark step's seconds (default: up to the deadline): with one section (--only generate) an
+# interrupted benchmark writes no figures, and a slow one would take the recipes' time after it.
 # A step named with a leading + runs at the same time as the one before it, e.g. recipes, which leave most of an
 # H100 idle (an FSDP epoch of 4,096-token batches ran at 7.5 steps/s, 30k tokens/s, a tenth of the benchmark's
 # rate): recipe:A +recipe:B trains both at once. Name the steps in the order they matter: a step (or a group, if any
@@ -31,10 +35,11 @@
 #    the best), and chooses on validation among the best checkpoint and the averages of the last 5, of the 5 ending 8
 #    and 4 saves before the last, and of the last 10. On the CPU recipe trained on past its validation loss's minimum,
 #    an average there beat the later ones (README, "Multi30k"); the GPU runs' loss was lowest at epoch 20 (de-en) and 23
-#    (en-de). LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail took about 155 s with three recipes; the three more averages
-#    add a scoring each, only where time is left); within the 900 s of device time with a start of 30-60 s if the
-#    machine is given back right after the wait call. Against lease 2's validation figures (43.11 de-en, 40.08 en-de,
-#    the average of the last 5, beam 4), the better on validation becomes the recipe:
+#    (en-de). BENCHMARK_S=240 LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail took about 155 s with three recipes; the
+#    three more averages add a scoring each, only where the time left holds it and the test scoring, before beam 6; the
+#    setup counts against LEASE_S): within the 900 s of device time with a start of up to 90 s if the machine is given
+#    back right after the wait call. Against lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the
+#    last 5, beam 4), the better on validation becomes the recipe:
 #    benchmark:--sizes,base,--only,generate,--caches,dynamic,--profile
 #    recipe:multi30k_de_en:--save_total_limit=16 +recipe:multi30k_en_de:--save_total_limit=16
 # 3. eager training (the one-sync change) with and without cuDNN's attention kernels (whether their plan for each
@@ -61,6 +66,7 @@
 #                      10), the averages and the best checkpoint scored with beam 4 on validation, the best of them
 #                      with beam 6 too, and it once on test with the better beam
 set -uo pipefail
+started=$(date +%s)  # the lease's deadline and the first call's wait count from here, the setup included
 cd "$(dirname "$0")/../.."
 repo=$PWD
 work=/tmp/gpu-session            # the machine keeps it while it stays warm
@@ -116,8 +122,10 @@ step_benchmark() {  # JSON benchmark[:ARGS]; interrupted 15 s before the deadlin
     local args="--sizes base --only train generate --fresh_runs 1"
     [ "$2" != benchmark ] && args=$(echo "${2#benchmark:}" | tr ',' ' ')
     case " $args " in *" --data_dir "* | *" --data_dir="*) ;; *) args="$args --data_dir $data" ;; esac
+    local limit; limit=$(until_deadline 15)
+    [ -n "${BENCHMARK_S:-}" ] && [ "$limit" -gt "$BENCHMARK_S" ] && limit=$BENCHMARK_S
     # shellcheck disable=SC2086
-    timeout -s INT -k 30 "$(until_deadline 15)" python3 scripts/benchmark.py --device cuda $args --output "$1"
+    timeout -s INT -k 30 "$limit" python3 scripts/benchmark.py --device cuda $args --output "$1"
 }
 
 record() {  # JSON KEY=VALUE...: set each KEY in the JSON file (made if missing) at once; VALUE @FILE is FILE's JSON
@@ -188,7 +196,8 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
     # short; none below 2), then, where the run keeps more (--save_total_limit 16), the 5 ending 8 and 4 saves before
     # the last and the last 10. Past the validation loss's minimum a later average can be worse (the CPU recipe trained
     # on to 3,600 steps, README), so the window is chosen on validation too, with the best checkpoint. Each after the
-    # first only where the time left holds it and still the beam-6 and test scorings (as below); a window before the
+    # first only where the time left holds it and still the test scoring (beam 6 gave 0.01-0.04 in lease 2, these
+    # windows are what the lease is for; beam 6 then only where time is still left, as below); a window before the
     # last leaves out the oldest folder kept, which may be the best checkpoint kept beside the newest saves.
     local saves=() kept window count skip averaged selection label="best checkpoint"
     mapfile -t saves < <(python3 -c "import sys; from modeling.checkpoints import list_checkpoints; \
@@ -202,7 +211,10 @@ print(*list_checkpoints(sys.argv[1]), sep='\n')" "$run")
             [ "$kept" -lt 5 ] && count=$kept
         else
             [ $(( kept - count - skip )) -ge 1 ] || continue
-            [ "$(seconds_left)" -gt $(( 6 * seconds4 + 90 )) ] || break
+            if [ "$(seconds_left)" -le $(( 4 * seconds4 + 30 )) ]; then
+                record "$json" windows_skipped_for_time="$window and after, $(seconds_left) s left"
+                break
+            fi
         fi
         averaged=$run-avg$count$([ "$skip" -gt 0 ] && echo "-before$skip")
         if [ "$skip" = 0 ]; then
@@ -281,8 +293,9 @@ launch_step() {  # STEP: run it, its start, exit status and end in $work/steps/<
     local tag; tag=$(tag_of "$1")
     date +%s > "$work/steps/$tag.start"
     run_step "$1" "$work/steps/$tag.json" > "$work/steps/$tag.full.log" 2>&1
-    echo $? > "$work/steps/$tag.rc"
-    date +%s > "$work/steps/$tag.end"
+    local rc=$?
+    date +%s > "$work/steps/$tag.end"  # before .rc, whose presence says the step is done
+    echo $rc > "$work/steps/$tag.rc"
 }
 
 run_group() {  # STEP...: together, if each fits in the time left (all skipped otherwise)
@@ -348,7 +361,7 @@ collect_and_report() {  # [quiet]: copy what finished (and running steps' figure
 
 wait_for_steps() {
     [ -f "$work/queue" ] || { echo "session.sh: nothing started on this machine (a fresh one?); use 'start'" >&2; exit 2; }
-    local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
+    local deadline=$(( ${1:-$(date +%s)} + ${WAIT_S:-540} ))
     [ "$deadline" -gt $(( $(cat "$work/deadline") + 30 )) ] && deadline=$(( $(cat "$work/deadline") + 30 ))
     # what finishes is copied into $OUT as it does, so that a call stopped at its limit still brings it back
     while kill -0 "$(cat "$work/driver.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
@@ -384,11 +397,11 @@ accelerate.__version__, '| datasets', datasets.__version__, '| evaluate', evalua
 pyarrow.__version__); datasets.Dataset.from_dict({'a': ['x']})" || exit 1
         [ -d "$data" ] || { echo "session.sh: no $data; run benchmarks/device/stage.sh here first" >&2; exit 1; }
         rm -rf "${work:?}/steps" && mkdir -p "$work/steps"
-        echo $(( $(date +%s) + ${LEASE_S:-660} )) > "$work/deadline"
+        echo $(( started + ${LEASE_S:-660} )) > "$work/deadline"
         printf '%s\n' "$@" > "$work/queue"
         setsid nohup bash "$0" _drive > "$work/driver.log" 2>&1 < /dev/null &
         echo $! > "$work/driver.pid"
-        wait_for_steps
+        wait_for_steps "$started"
         ;;
     wait) wait_for_steps ;;
     _drive) drive ;;
