@@ -35,7 +35,7 @@
 #    the best), and chooses on validation among the best checkpoint and the averages of the last 5, of the 5 ending 8
 #    and 4 saves before the last, and of the last 10. On the CPU recipe trained on past its validation loss's minimum,
 #    an average there beat the later ones (README, "Multi30k"); the GPU runs' loss was lowest at epoch 20 (de-en) and 23
-#    (en-de). BENCHMARK_S=240 LEASE_S=770 RECIPE_TAIL_S=240 (lease 2's tail took about 155 s with three recipes; the
+#    (en-de). BENCHMARK_S=240 LEASE_S=750 RECIPE_TAIL_S=240 (lease 2's tail took about 155 s with three recipes; the
 #    three more averages add a scoring each, only where the time left holds it and the test scoring, before beam 6; the
 #    setup counts against LEASE_S): within the 900 s of device time with a start of up to 90 s if the machine is given
 #    back right after the wait call. Against lease 2's validation figures (43.11 de-en, 40.08 en-de, the average of the
