@@ -60,6 +60,7 @@ CONFIG_FIELDS_OF_FLAG = {
     "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"),
     "dropout": ("dropout",),
     "attention_dropout": ("attention_dropout",),
+    "activation_dropout": ("activation_dropout",),
     "max_position_embeddings": ("max_position_embeddings",),
     "norm_first": ("norm_first",),
     "tie_word_embeddings": ("tie_word_embeddings",),
@@ -84,6 +85,9 @@ class ModelArguments:
     )
     dropout: float | None = field(default=None, metadata={"help": "P_drop of §5.4 (overrides the preset)."})
     attention_dropout: float | None = field(default=None, metadata={"help": "Dropout on attention weights."})
+    activation_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout inside the feed-forward network, after its activation."}
+    )
     max_position_embeddings: int | None = field(
         default=None, metadata={"help": "Longest sequence the positional encoding covers (overrides the preset)."}
     )

@@ -211,12 +211,17 @@ def model_card_context(
         f"{config.label_smoothing} (§5.4, the model's loss, padding excluded)" if config.label_smoothing
         else f"{training_args.label_smoothing_factor} (transformers' LabelSmoother)"
     )
+    dropout = f"{config.dropout} (§5.4)" + "".join(
+        f"; {value} {place}" for value, place in ((config.attention_dropout, "on attention weights"),
+                                                 (config.activation_dropout, "inside the feed-forward network"))
+        if value
+    )
     state = trainer.state
     hyperparameters = [
         ("optimizer", optimizer),
         ("learning-rate schedule", schedule),
         ("label smoothing", smoothing),
-        ("dropout", config.dropout),
+        ("dropout", dropout),
         ("batch", batch),
         ("processes x gradient accumulation",
          f"{training_args.world_size} x {training_args.gradient_accumulation_steps}"),

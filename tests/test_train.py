@@ -167,17 +167,22 @@ def test_model_card_is_filled(ddp_run):
     assert re.search(r"\| hardware \| .+: 2 process\(es\) on cpu \(MULTI_CPU, fp32, 1 thread\(s\)\) \|", text)
 
 
-@pytest.mark.parametrize("extra, optimizer, schedule", [
-    (["--optim", "sgd", "--weight_decay", "0.1", "--lr_scheduler", "constant", "--learning_rate", "0.01"],
-     "sgd, weight decay 0.1", "constant, 0.01"),  # not the paper's Adam; a constant rate has no warm-up
-    (["--warmup_steps", "0.5"], "Adam (adamw_torch_fused), beta1 0.9, beta2 0.98, epsilon 1e-09, weight decay 0.0",
-     "Noam (§5.3): 1.0 * d_model^-0.5 * min(step^-0.5, step * 2^-1.5)"),  # half of 4 steps
+@pytest.mark.parametrize("extra, optimizer, schedule, dropout", [
+    (["--optim", "sgd", "--weight_decay", "0.1", "--lr_scheduler", "constant", "--learning_rate", "0.01",
+      "--attention_dropout", "0.1", "--activation_dropout", "0.2"],
+     "sgd, weight decay 0.1", "constant, 0.01",  # not the paper's Adam; a constant rate has no warm-up
+     "0.1 (§5.4); 0.1 on attention weights; 0.2 inside the feed-forward network"),
+    (["--warmup_steps", "0.5", "--dropout", "0.3"],
+     "Adam (adamw_torch_fused), beta1 0.9, beta2 0.98, epsilon 1e-09, weight decay 0.0",
+     "Noam (§5.3): 1.0 * d_model^-0.5 * min(step^-0.5, step * 2^-1.5)", "0.3 (§5.4)"),  # half of 4 steps
 ])
-def test_the_model_card_names_the_optimizer_and_schedule_that_ran(tmp_path, extra, optimizer, schedule):
+def test_the_model_card_names_the_optimizer_schedule_and_dropout_that_ran(tmp_path, extra, optimizer, schedule,
+                                                                            dropout):
     run_in_process(tmp_path / "out", "--eval_strategy", "no", "--max_steps", "4", *extra)
     text = (tmp_path / "out" / "README.md").read_text()
     assert f"| optimizer | {optimizer} |" in text
     assert f"| learning-rate schedule | {schedule} |" in text
+    assert f"| dropout | {dropout} |" in text
 
 
 def test_the_cards_hub_datasets_entry_is_only_a_hub_dataset_id(tmp_path, monkeypatch):
@@ -655,6 +660,8 @@ def test_config_file_values_are_defaults_that_flags_override(tmp_path):
     assert (model_args.preset, model_args.d_model, model_args.norm_first) == ("base", 48, True)
     assert model_args.init_scheme is None and "init_scheme" not in model_args.config_overrides()
     assert parse_arguments(["--init_scheme", "fairseq"])[0].config_overrides()["init_scheme"] == "fairseq"
+    overrides = parse_arguments(["--attention_dropout", "0.1", "--activation_dropout", "0.2"])[0].config_overrides()
+    assert (overrides["attention_dropout"], overrides["activation_dropout"]) == (0.1, 0.2)
     assert training_args.adam_epsilon == 1e-9 and training_args.max_steps == 7
     assert training_args.lr_scheduler_type == "inverse_sqrt"
     json_config = tmp_path / "run.json"
@@ -780,6 +787,7 @@ def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything
         (["--ffn_dim", "0"], r"^--ffn_dim 0: `encoder_ffn_dim` must be a positive integer, got 0"),
         (["--encoder_layers", "0"], r"^--encoder_layers 0: `encoder_layers` must be a positive integer, got 0"),
         (["--dropout", "1.5"], r"^--dropout 1.5: `dropout` must be in \[0, 1\), got 1.5"),
+        (["--activation_dropout", "-0.1"], r"^--activation_dropout -0.1: `activation_dropout` must be in \[0, 1\)"),
         (["--label_smoothing", "1.0"], r"^--label_smoothing 1.0: `label_smoothing` must be in \[0, 1\), got 1.0"),
         (["--preset", "huge"], r"^--preset huge: Unknown model preset 'huge'; choose one of \['base', 'big', 'tiny'\]"),
         # the tokenizer, the data and the rest
