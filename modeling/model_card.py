@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "model_card.md"
 MODEL_CARD_NAME = "README.md"  # the card's file in a model folder (and on the Hub)
+CARD_WRITING_PATTERN = f".{MODEL_CARD_NAME}.*.writing"  # the file a card is written through (_replace_text)
 
 EVALUATION_HEADING = "## Evaluation: "  # then "<test set>, beam <n>": a section record_evaluation writes
 
@@ -135,8 +137,23 @@ def write_model_card(
 ) -> Path:
     """Render the card and write it as `output_dir/README.md`."""
     path = Path(output_dir) / MODEL_CARD_NAME
-    path.write_text(render_model_card(context, template_path), encoding="utf-8")
+    _replace_text(path, render_model_card(context, template_path))
     return path
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write `text` as `path` through a file beside it (`CARD_WRITING_PATTERN`), then rename that over `path`: a write
+    stopped midway (an interrupt, a full disk) leaves the earlier card whole, never a truncated one. A process killed
+    outright can leave that file; the next write of the card replaces its own."""
+    path = Path(os.path.realpath(path))  # through a link, its target is the file replaced
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.writing")  # one per process: two evaluations at once
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        if path.is_file():
+            shutil.copymode(path, temporary)  # the card's permissions, not a new file's
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def best_checkpoint_note(best: str, output_dir: Path, metric: str) -> str:
@@ -318,9 +335,8 @@ def check_card_writable(model_dir: str | os.PathLike) -> None:
         if not os.access(card, os.W_OK):
             raise ValueError(f"{card} is not writable: the scores cannot be added to it; make it writable, or "
                              "evaluate a writable copy of the folder")
-        return
-    try:  # the card is made: a file made and removed again (os.access says yes to root)
-        with tempfile.TemporaryFile(dir=model_dir):
+    try:  # the card is written through a new file beside it: one made and removed again (os.access says yes to root)
+        with tempfile.TemporaryFile(dir=Path(os.path.realpath(card)).parent):
             pass
     except OSError as error:
         raise ValueError(f"{model_dir} is not writable ({error.strerror or error}): the scores cannot be written "
@@ -363,7 +379,7 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
         text = earlier.sub(lambda _: section + "\n", text, count=1).rstrip("\n") + "\n"
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    card.write_text(_with_evaluation_metadata(text, results, folder_name), encoding="utf-8")
+    _replace_text(card, _with_evaluation_metadata(text, results, folder_name))
     return card
 
 
@@ -454,6 +470,6 @@ def averaged_model_card(
 
 
 __all__ = [
-    "MODEL_CARD_NAME", "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data", "load_card",
-    "model_card_context", "record_evaluation", "render_model_card", "renamed_card", "write_model_card",
+    "CARD_WRITING_PATTERN", "MODEL_CARD_NAME", "PAPER_TAGS", "TEMPLATE_PATH", "averaged_model_card", "card_data",
+    "load_card", "model_card_context", "record_evaluation", "render_model_card", "renamed_card", "write_model_card",
 ]

@@ -52,7 +52,7 @@ from .checkpoints import (
 from .data import load_parallel_corpus, prepare_pairs
 from .evaluation import build_compute_metrics
 from .hub import push_folder_to_hub
-from .model_card import MODEL_CARD_NAME, model_card_context, write_model_card
+from .model_card import CARD_WRITING_PATTERN, MODEL_CARD_NAME, model_card_context, write_model_card
 from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .run_lock import RUN_LOCK_NAME, RunLock
@@ -360,6 +360,7 @@ RUN_FILE_PATTERNS = (
     *TRAINING_STATE_FILES, "checkpoint-*", "runs", "eval-*", RUN_LOCK_NAME,
     AVERAGED_FROM_NAME,  # an averaged model's folder, trained into again
     "emissions.csv",  # --report_to codecarbon's tracker
+    CARD_WRITING_PATTERN,  # a card's write that a killed process left
     ".DS_Store", "Thumbs.db", "desktop.ini",  # what file browsers leave in a folder
 )
 

@@ -8,8 +8,10 @@ import random
 import re
 import runpy
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ from modeling.evaluation import (
     read_test_set_files,
     stored_score,
 )
-from modeling.model_card import corpus_id
+from modeling.model_card import corpus_id, record_evaluation
 from modeling.tokenization import load_tokenizers
 from modeling.translation import single_line
 
@@ -294,6 +296,8 @@ def test_an_earlier_evaluation_of_the_same_test_set_may_be_replaced(tmp_path, mo
     (b"---\nlicense: [apache-2.0\n---\n# model\n", None, r"model/README\.md: its metadata .* is not valid YAML"),
     # a card on a read-only file system (os.access honours it for root too): an error after translating
     (b"# model\n", "README.md", r"model/README\.md is not writable: the scores cannot be added to it"),
+    # a writable card in a folder that takes no new file: the card is replaced through one
+    (b"# model\n", "folder", r"model is not writable \(Permission denied\): the scores cannot be written into its card"),
 ])
 def test_a_model_card_the_scores_cannot_go_into_is_named_before_anything_is_translated(
         model_dir, tmp_path, monkeypatch, capsys, card, unwritable, message):
@@ -302,7 +306,11 @@ def test_a_model_card_the_scores_cannot_go_into_is_named_before_anything_is_tran
     (changed / "README.md").write_bytes(card)
     before = sorted(changed.rglob("*"))
     monkeypatch.setattr("modeling.evaluation.load_translation_model", lambda *args, **kwargs: 1 / 0)
-    if unwritable is not None:
+    if unwritable == "folder":
+        def no_new_file(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(tempfile, "TemporaryFile", no_new_file)
+    elif unwritable is not None:
         access = os.access
         monkeypatch.setattr(os, "access", lambda path, mode, *args, **kwargs: not (
             Path(path).name == unwritable and mode & os.W_OK) and access(path, mode, *args, **kwargs))
@@ -313,6 +321,47 @@ def test_a_model_card_the_scores_cannot_go_into_is_named_before_anything_is_tran
     assert exit_info.value.code == 2
     assert_one_line_error(capsys.readouterr().err, "evaluate.py", message)
     assert sorted(changed.rglob("*")) == before and not (tmp_path / "elsewhere").exists()
+
+
+SCORES = {"split": "validation", "num_beams": 4, "sentences": 4, "bleu": 12.5, "chrf": 30.0, "bleu_lowercase": 13.0,
+          "exact_match": 0.0,
+          "signatures": {"bleu": "nrefs:1|case:mixed", "chrf": "nrefs:1|nc:6", "bleu_lowercase": "nrefs:1|case:lc"}}
+
+
+def test_scores_written_into_a_card_stopped_midway_leave_the_earlier_card_whole(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    card = model / "README.md"
+    card.write_text("# model\n\nTrained on 2 cores for 25 minutes.\n", encoding="utf-8")
+    before = card.read_bytes()
+    write_text = Path.write_text
+
+    def stopped_midway(path, data, *args, **kwargs):  # half the text reaches the disk, then Ctrl-C (or a time limit)
+        write_text(path, data[: len(data) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", stopped_midway)
+    with pytest.raises(KeyboardInterrupt):
+        record_evaluation(model, SCORES, "evaluate.py model")
+    assert card.read_bytes() == before and [path.name for path in model.iterdir()] == ["README.md"]
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    record_evaluation(model, SCORES, "evaluate.py model")  # the same call, not stopped: the scores land
+    text = card.read_text(encoding="utf-8")
+    assert "Trained on 2 cores for 25 minutes." in text and "## Evaluation: validation, beam 4" in text
+    assert "| 4 | 12.50 | 30.00 |" in text and [path.name for path in model.iterdir()] == ["README.md"]
+
+
+def test_scores_go_into_the_file_a_linked_card_names_and_keep_its_permissions(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "card.md").write_text("# model\n", encoding="utf-8")
+    (model / "card.md").chmod(0o640)
+    (model / "README.md").symlink_to("card.md")
+    record_evaluation(model, SCORES, "evaluate.py model")
+    assert (model / "README.md").is_symlink() and "| 4 | 12.50 | 30.00 |" in (model / "card.md").read_text()
+    assert stat.S_IMODE((model / "card.md").stat().st_mode) == 0o640
+    assert sorted(path.name for path in model.iterdir()) == ["README.md", "card.md"]
 
 
 def test_a_tsv_split_is_found_by_its_file_name(tmp_path):

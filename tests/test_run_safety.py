@@ -244,7 +244,7 @@ def test_only_what_no_run_writes_keeps_a_folder_from_being_replaced(tmp_path):
     from modeling.training import not_run_files
 
     for name in ("averaged_from.json", "emissions.csv", ".DS_Store", "config.json", "eval-test", "checkpoint-3",
-                 "notes.txt", "data"):
+                 ".README.md.4242.writing", "notes.txt", "data"):  # the card's write a killed process left
         (tmp_path / name).mkdir() if name in ("eval-test", "checkpoint-3", "data") else (tmp_path / name).write_text("")
     assert not_run_files(tmp_path) == ["data", "notes.txt"]
 
