@@ -144,7 +144,7 @@ def write_model_card(
 def _replace_text(path: Path, text: str) -> None:
     """Write `text` as `path` through a file beside it (`CARD_WRITING_PATTERN`), then rename that over `path`: a write
     stopped midway (an interrupt, a full disk) leaves the earlier card whole, never a truncated one. A process killed
-    outright can leave that file; the next write of the card replaces its own."""
+    outright can leave that hidden file behind (an upload leaves it out, and a run folder may hold it)."""
     path = Path(os.path.realpath(path))  # through a link, its target is the file replaced
     temporary = path.with_name(f".{path.name}.{os.getpid()}.writing")  # one per process: two evaluations at once
     try:
