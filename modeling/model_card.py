@@ -13,7 +13,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ import jinja2
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .file_writes import replace_text, writing_pattern
 from .hardware import device_name
 from .schedule import NOAM
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "model_card.md"
 MODEL_CARD_NAME = "README.md"  # the card's file in a model folder (and on the Hub)
-CARD_WRITING_PATTERN = f".{MODEL_CARD_NAME}.*.writing"  # the file a card is written through (_replace_text)
+CARD_WRITING_PATTERN = writing_pattern(MODEL_CARD_NAME)  # the file a card is written through (replace_text)
 
 EVALUATION_HEADING = "## Evaluation: "  # then "<test set>, beam <n>": a section record_evaluation writes
 
@@ -137,23 +137,8 @@ def write_model_card(
 ) -> Path:
     """Render the card and write it as `output_dir/README.md`."""
     path = Path(output_dir) / MODEL_CARD_NAME
-    _replace_text(path, render_model_card(context, template_path))
+    replace_text(path, render_model_card(context, template_path))
     return path
-
-
-def _replace_text(path: Path, text: str) -> None:
-    """Write `text` as `path` through a file beside it (`CARD_WRITING_PATTERN`), then rename that over `path`: a write
-    stopped midway (an interrupt, a full disk) leaves the earlier card whole, never a truncated one. A process killed
-    outright can leave that hidden file behind (an upload leaves it out, and a run folder may hold it)."""
-    path = Path(os.path.realpath(path))  # through a link, its target is the file replaced
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.writing")  # one per process: two evaluations at once
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        if path.is_file():
-            shutil.copymode(path, temporary)  # the card's permissions, not a new file's
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def best_checkpoint_note(best: str, output_dir: Path, metric: str) -> str:
@@ -379,7 +364,7 @@ def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: s
         text = earlier.sub(lambda _: section + "\n", text, count=1).rstrip("\n") + "\n"
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    _replace_text(card, _with_evaluation_metadata(text, results, folder_name))
+    replace_text(card, _with_evaluation_metadata(text, results, folder_name))
     return card
 
 

@@ -12,8 +12,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -27,6 +25,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, 
 from .arguments import TransformerTrainingArguments
 from .batching import TokenBudgetBatchSampler, token_lengths
 from .checkpoints import TRAINER_STATE_NAME, callback_record, json_object
+from .file_writes import replace_text
 from .schedule import NOAM, get_noam_schedule
 
 
@@ -167,26 +166,16 @@ class StopTime(TrainerCallback):
         if not args.should_save:
             return True
         path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / TRAINER_STATE_NAME
-        temporary = None
         try:
             saved = json_object(path)
             records = saved.get("stateful_callbacks")
             if not (isinstance(records, dict) and isinstance(records.get(TrainingClock.__name__), dict)):
                 return False
             records[TrainingClock.__name__] = self.clock.state()
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".writing",
-                                             delete=False, encoding="utf-8") as file:
-                temporary = Path(file.name)
-                file.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
-            shutil.copymode(path, temporary)  # the Trainer's file's permissions, not a temporary file's 0600
-            os.replace(temporary, path)
-            temporary = None
+            replace_text(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")
             return True
         except (OSError, ValueError):
             return False
-        finally:
-            if temporary is not None:
-                temporary.unlink(missing_ok=True)
 
 
 class CheckpointSchedule(RecordedInCheckpoints):

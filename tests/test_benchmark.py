@@ -4,6 +4,7 @@ No timing is asserted: only that the figures exist, are positive where they must
 ours / Marian."""
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -553,7 +554,8 @@ def test_an_output_in_new_folders_is_written_there_and_a_link_writes_its_target(
     write_results({"figures": 2}, tmp_path / "latest.json")
     assert (tmp_path / "latest.json").is_symlink() and json.loads((tmp_path / "target.json").read_text()) == {
         "figures": 2}
-    (tmp_path / ".target.json.writing").mkdir()  # where the temporary file goes cannot take it: written in place
+    # where the temporary file goes cannot take it: written in place
+    (tmp_path / f".target.json.{os.getpid()}.writing").mkdir()
     write_results({"figures": 3}, tmp_path / "latest.json")
     assert json.loads((tmp_path / "target.json").read_text()) == {"figures": 3}
     (tmp_path / "dangling").symlink_to(tmp_path / "missing")

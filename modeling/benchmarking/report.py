@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from ..file_writes import replace_text
+
 MIB = 2**20
 
 
@@ -34,14 +36,11 @@ def write_results(results: dict, path: str | os.PathLike) -> Path:
     if path.exists() and not path.is_file():  # /dev/null, a named pipe: written to, never replaced
         path.write_text(text, encoding="utf-8")
         return path
-    temporary = path.with_name(f".{path.name}.writing")
     try:
-        temporary.write_text(text, encoding="utf-8")
+        return replace_text(path, text)
     except OSError:  # a folder that takes no new files (the file in it may still be written): written in place
         path.write_text(text, encoding="utf-8")
         return path
-    os.replace(temporary, path)
-    return path
 
 
 def _flops(value: float) -> str:

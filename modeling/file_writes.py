@@ -1,0 +1,32 @@
+"""Files replaced whole: a text is written to a file beside its target, then renamed over it, so that a write stopped
+midway (an interrupt, a full disk) leaves the earlier file as it was, never a truncated one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+
+def writing_pattern(name: str) -> str:
+    """The names (fnmatch) of the files `replace_text` writes `name` through: hidden, and left only by a process
+    killed outright (an upload leaves them out, a run folder may hold them)."""
+    return f".{name}.*.writing"
+
+
+def replace_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` as the file `path` (through a link, the file it names) whole or not at all, keeping the
+    permissions of the file it replaces. Returns the path written."""
+    path = Path(os.path.realpath(path))
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.writing")  # one per process: two writers at once
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        if path.is_file():
+            shutil.copymode(path, temporary)  # the file's permissions, not a new file's
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+__all__ = ["replace_text", "writing_pattern"]
