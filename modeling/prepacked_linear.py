@@ -40,7 +40,10 @@ def prepacking_available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        weight, bias, rows = torch.randn(8, 4), torch.randn(8), torch.randn(3, 4)
+        # A generator of its own: a draw from the global one, made by a process's first call only, would change
+        # what every later draw gives (training after its first evaluation, a sampled generate()).
+        generator = torch.Generator().manual_seed(0)
+        weight, bias, rows = (torch.randn(*shape, generator=generator) for shape in ((8, 4), (8,), (3, 4)))
         product = torch.ops.mkldnn._linear_pointwise(rows, pack_weight(weight), bias, "none", [], "")
         _available = bool(torch.allclose(product, F.linear(rows, weight, bias), atol=1e-5))
     except (AttributeError, NotImplementedError, RuntimeError):

@@ -7,15 +7,18 @@ resume, evaluation with `generate`, logging) is the Trainer's own. Its arguments
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import math
 import os
+import random
 import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback
@@ -290,6 +293,23 @@ class LaunchHistory(RecordedInCheckpoints):
         return {"args": {"launches": self.launches, "complete": self.complete}, "attributes": {}}
 
 
+@contextlib.contextmanager
+def random_states_kept():
+    """Within: draw from Python's, numpy's, torch's CPU and the current CUDA device's global generators as you like;
+    on exit each is back where it was. Evaluation runs inside, so it never changes training's random stream: not
+    the draw every DataLoader iteration makes for its workers' seeds, nor a draw only a process's first evaluation
+    makes (a lazily loaded metric, a one-time probe), which a resumed process would make at another step than the
+    uninterrupted run, and training with or without evaluation, or evaluating more often, gives the same weights."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+
+
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the message names the optimizer step."""
 
@@ -343,6 +363,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                 "--warmup_steps or train in fp32, then resume with --resume_from_checkpoint last"
             )
         return loss
+
+    def evaluate(self, *args, **kwargs):
+        """The Trainer's evaluation, leaving every global random generator as it found it (`random_states_kept`)."""
+        with random_states_kept():
+            return super().evaluate(*args, **kwargs)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         """Seq2SeqTrainer's step, without its side effect on the model: it fills every unset generation setting
@@ -414,5 +439,6 @@ __all__ = [
     "StopTime",
     "TrainingClock",
     "TransformerSeq2SeqTrainer",
+    "random_states_kept",
     "token_budget_sampler",
 ]

@@ -748,7 +748,8 @@ def train(
 
         if setup.checkpoint is not None and trainer.is_world_process_zero():
             print(f"Finishing the run from {setup.checkpoint}, its last step: its final model, evaluations and card, "
-                  "without training" if setup.finishing else f"Resuming from {setup.checkpoint}")
+                  "without training" if setup.finishing else
+                  f"Resuming from {setup.checkpoint} at step {checkpoint_step(Path(setup.checkpoint))}")
         command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
         launches = LaunchHistory.from_checkpoint(setup.checkpoint, command)
         trainer.add_callback(launches)  # each checkpoint records the run's launches up to it

@@ -119,6 +119,24 @@ def test_generate_gives_the_tokens_and_scores_of_plain_linear_layers(num_beams, 
     assert_same_generation(fast, plain_linear_generated(model, num_beams))
 
 
+def test_the_first_sampled_generate_of_a_process_draws_what_every_later_one_draws(monkeypatch):
+    """Whether packing works is probed once per process, with a generator of its own: a draw from the global one
+    would make the first call's samples (and a first evaluation's effect on training) differ from every later one."""
+    model = generating_model()
+    monkeypatch.setattr(prepacked_linear, "_available", None)  # as in a new process: not probed yet
+    before = torch.random.get_rng_state()
+    assert prepacking_available()
+    assert torch.equal(torch.random.get_rng_state(), before)
+    monkeypatch.setattr(prepacked_linear, "_available", None)
+    input_ids, attention_mask = padded_batch()
+    samples = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        samples.append(model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
+                                      max_new_tokens=10))
+    assert torch.equal(samples[0], samples[1])
+
+
 def test_generate_follows_weight_changes_between_calls_that_no_version_counter_sees():
     """A fused optimizer step and an edit through `.data` (how PEFT merges an adapter) leave the weight's version
     counter as it was: packed copies kept across calls would be stale."""

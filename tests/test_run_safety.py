@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 import torch
-from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
+from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, free_port
 from safetensors.torch import load_file
 
 from modeling.arguments import ConfigurationError, parse_arguments
-from modeling.checkpoints import checkpoint_problem, last_checkpoints
+from modeling.checkpoints import checkpoint_problem, checkpoint_step, last_checkpoints
 from modeling.run_lock import RUN_LOCK_NAME, RunLock
 from modeling.trainer import NonFiniteLossError
 from modeling.training import resolve_checkpoint, train, warn_of_missing_random_state
@@ -395,7 +396,7 @@ def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys,
     subprocess.run(["cp", "-r", str(earlier_run), str(folder)], check=True)
     with caplog.at_level(logging.WARNING, logger="modeling.training"):
         run(folder, "--max_steps", "12", "--save_steps", "4", "--resume_from_checkpoint", "last")
-    assert f"Resuming from {folder / 'checkpoint-8'}" in capsys.readouterr().out
+    assert f"Resuming from {folder / 'checkpoint-8'} at step 8" in capsys.readouterr().out
     assert "batches the data otherwise" not in caplog.text  # the same settings: the same batches
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 12
     # The card's training time covers the run, not only this launch (the Trainer's train_runtime)
@@ -619,38 +620,90 @@ def test_negative_zero_or_infinite_intervals_are_refused(tmp_path, flag, value, 
 
 # ---- kill -9 in the middle of a save interval --------------------------------------------------------------------
 
-KILL_RUN = [*SMALL, "--max_steps", "40", "--save_steps", "4", "--save_total_limit", "3", "--seed", "3"]
+# Evaluating and saving every 4 steps; killed after checkpoint-8, the resumed launch evaluates and saves 4 more times.
+KILL_RUN = [*QUICK, "--max_train_samples", "64", "--max_tokens", "128", "--max_eval_samples", "4",
+            "--max_test_samples", "4", "--max_steps", "24", "--save_steps", "4", "--eval_steps", "4",
+            "--save_total_limit", "10", "--seed", "3", "--report_to", "none"]
+# generate() on AMD CPUs (and only there) probed once per process, at its first evaluation, whether oneDNN's packed
+# weights work, with draws from the global generator: a resumed run then went another way than an uninterrupted one
+# at its first evaluation. Every run here takes that path, on any CPU.
+AMD_TRAIN_SCRIPT = Path(__file__).resolve().parent / "train_as_on_amd.py"
+TWO_PROCESSES = ["-m", "accelerate.commands.launch", "--num_machines", "1", "--multi_gpu", "--num_processes", "2",
+                 "--mixed_precision", "no", "--dynamo_backend", "no"]
 
 
-def start_training(output_dir: Path, *extra: str) -> subprocess.Popen:
+def start_training(output_dir: Path, *extra: str, launcher=(), single_thread=True) -> subprocess.Popen:
+    """scripts/train.py, through `launcher` if given."""
+    if launcher:
+        launcher = [*launcher, "--main_process_port", str(free_port())]
+    threads = ["--cpu_threads", "1"] if single_thread and not launcher else []
     return subprocess.Popen(
-        [sys.executable, str(TRAIN_SCRIPT), *KILL_RUN, "--output_dir", str(output_dir), *extra], cwd=REPO_ROOT,
-        env={**os.environ, **SCRIPT_ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+        [sys.executable, *launcher, str(AMD_TRAIN_SCRIPT), *KILL_RUN, *threads, "--output_dir", str(output_dir),
+         *extra], cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )
 
 
-def test_a_run_killed_mid_interval_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    process = start_training(straight, "--cpu_threads", "1")
-    assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
+def finished(process: subprocess.Popen) -> str:
+    """The output of a training process that succeeded."""
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    return stdout
 
-    process = start_training(killed, "--cpu_threads", "1")
+
+def kill_after(process: subprocess.Popen, checkpoint: Path) -> None:
+    """SIGKILL to the whole run as soon as `checkpoint` is complete (its trainer_state.json is written last)."""
     deadline = time.monotonic() + 600
-    while not (killed / "checkpoint-8" / "trainer_state.json").is_file():
-        assert process.poll() is None, process.stderr.read()[-3000:]
+    while not (checkpoint / "trainer_state.json").is_file():
+        assert process.poll() is None, process.communicate()[1][-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert not (killed / "model.safetensors").exists(), "the run finished before it was killed"
+    launcher = psutil.Process(process.pid)
+    for member in [*launcher.children(recursive=True), launcher]:  # torch's launcher starts sessions of its own
+        member.send_signal(signal.SIGKILL)
+    process.communicate()
 
-    process = start_training(killed, "--cpu_threads", "1", "--resume_from_checkpoint", "last")
-    assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
-    expected, resumed = load_file(straight / "model.safetensors"), load_file(killed / "model.safetensors")
-    assert set(resumed) == set(expected)
-    for name in expected:
-        assert torch.equal(resumed[name], expected[name]), name
+
+def assert_same_weights(resumed: Path, expected: Path) -> None:
+    expected_weights, resumed_weights = load_file(expected / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert set(resumed_weights) == set(expected_weights)
+    for name in expected_weights:
+        assert torch.equal(resumed_weights[name], expected_weights[name]), f"{resumed}: {name}"
+
+
+@pytest.mark.parametrize("variant", [
+    pytest.param([], id="one-process"),
+    pytest.param(["--gradient_accumulation_steps", "2"], id="gradient-accumulation"),
+    pytest.param("two-processes", id="two-processes"),
+])
+def test_a_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, variant):
+    launcher, extra = (TWO_PROCESSES, []) if variant == "two-processes" else ((), variant)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    finished(start_training(straight, *extra, launcher=launcher))
+
+    kill_after(start_training(killed, *extra, launcher=launcher), killed / "checkpoint-8")
+    assert not (killed / "model.safetensors").exists(), "the run finished before it was killed"
+    resumed_from = max(checkpoint_step(path.parent) for path in killed.glob("checkpoint-*/trainer_state.json"))
+    assert resumed_from <= 16, "killed too late for two more evaluations"
+
+    output = finished(start_training(killed, *extra, "--resume_from_checkpoint", "last", launcher=launcher))
+    assert f"Resuming from {killed / f'checkpoint-{resumed_from}'} at step {resumed_from}\n" in output
+    # It trained on from there (logging every step), not again from step 0 with the same seed
+    assert len(re.findall(r"^\{'loss': ", output, flags=re.M)) == 24 - resumed_from, output
+    assert len(re.findall(r"^\{'eval_loss': ", output, flags=re.M)) == (24 - resumed_from) // 4, output
+    for step in range(resumed_from + 4, 25, 4):
+        assert_same_weights(killed / f"checkpoint-{step}", straight / f"checkpoint-{step}")
+    assert_same_weights(killed, straight)
+
+
+def test_evaluation_leaves_the_training_unchanged(tmp_path):
+    """Evaluating draws from no generator training uses: a run evaluating every 4 steps ends with the weights of one
+    that does not evaluate."""
+    evaluated, not_evaluated = tmp_path / "evaluated", tmp_path / "not-evaluated"
+    finished(start_training(evaluated, "--max_steps", "12"))
+    finished(start_training(not_evaluated, "--max_steps", "12", "--eval_strategy", "no"))
+    for step in (4, 8, 12):  # the checkpoints: the run's own model is its best checkpoint where it evaluates
+        assert_same_weights(evaluated / f"checkpoint-{step}", not_evaluated / f"checkpoint-{step}")
 
 
 # ---- two runs writing into one folder ----------------------------------------------------------------------------
