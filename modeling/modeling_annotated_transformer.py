@@ -6,16 +6,14 @@ the residual + LayerNorm wrapper (§3.1, §5.4), encoder and decoder layers and 
 generating head with the pre-softmax projection and the label-smoothed loss (§3.4, §5.4).
 
 This file travels to the Hub as custom code: it imports only torch, transformers (with huggingface_hub, which
-transformers requires) and the files next to it (relative imports: the configuration, dropout, the prepacked
-linear layers, the weights-file checks and the translation pipeline), so `trust_remote_code=True` loads it where
-this package is not installed.
+transformers requires) and the small modules next to it, each one concern that is not the paper's figure (input
+checks, the fused loss, initialisation schemes, the cache's name across transformers versions, saving with
+checksums, FSDP's shared embedding, dropout and prepacked linear layers on CPUs), so `trust_remote_code=True` loads
+it where this package is not installed.
 """
 
 import contextlib
-import contextvars
-import functools
 import math
-import os
 from collections.abc import Callable
 
 import torch
@@ -25,7 +23,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -35,139 +32,25 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, logging
+from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .compatibility import CACHE_NAME, cache_argument, encoder_decoder_cache, layer_outputs
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .dropout import Dropout
-from .prepacked_linear import prepacked_linear_layers
-from .weight_files import verify_weights, write_checksums
-
-logger = logging.get_logger(__name__)
-
-# transformers 5.24 renamed the key/value cache `past_key_values` to `cache`: the argument generate() passes to
-# forward(), the output field and the masking functions' keyword. The model takes either name as an argument, keeps
-# `cache` inside, and returns and hands on its cache under the name of the installed version.
-CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
-
-
-def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier versions)."""
-    if past_key_values is None:
-        return cache
-    if cache is not None:
-        raise ValueError(
-            "Pass the key/value cache as `cache` or as `past_key_values`, not both (generate() before transformers "
-            "5.24 takes it as `past_key_values` only)."
-        )
-    return past_key_values
-
-
-def encoder_decoder_cache(cache: Cache, config: AnnotatedTransformerConfig) -> EncoderDecoderCache:
-    """A cache of the decoder's self-attention alone (a `DynamicCache()` passed to generate(), as decoder-only models
-    take one) gets an empty encoder-decoder part beside it; one that already holds steps cannot be completed."""
-    if cache.get_seq_length() > 0:
-        raise ValueError(
-            f"The decoder needs an `EncoderDecoderCache` (self-attention and encoder-decoder attention), got a "
-            f"{type(cache).__name__} that already holds steps; pass an empty cache or an `EncoderDecoderCache`."
-        )
-    return EncoderDecoderCache(cache, DynamicCache(config=config))
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs are the targets shifted right by one, starting with `decoder_start_token_id` (§3.1)."""
-    if pad_token_id is None or decoder_start_token_id is None:
-        raise ValueError("`pad_token_id` and `decoder_start_token_id` must be set to build decoder inputs from labels.")
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-# (id(tensor), vocabulary size) of the token ids a forward call checked for the stacks it calls (`token_ids_checked`)
-_TOKEN_IDS_CHECKED = contextvars.ContextVar("token_ids_checked", default=frozenset())
-
-
-def check_token_ids(*checks: tuple[torch.Tensor | None, int, str]) -> None:
-    """Refuse ids the embedding cannot look up, with their value, instead of its bare "index out of range" (or a
-    device-side assert on a GPU). Each check is (token_ids, vocab_size, name); together they cost one device sync
-    (one per device). Tensors checked by the forward call under way (`token_ids_checked`) are passed over. Skipped
-    while torch.compile traces."""
-    if torch.compiler.is_compiling():
-        return
-    checked = _TOKEN_IDS_CHECKED.get()
-    checks = [(ids, size, name) for ids, size, name in checks
-              if ids is not None and ids.numel() and (id(ids), size) not in checked]
-    if not checks:
-        return
-    for (ids, size, name), (low, high) in zip(checks, _token_id_ranges([ids for ids, _, _ in checks])):
-        if low < 0 or high >= size:
-            raise ValueError(
-                f"`{name}` holds the token id {low if low < 0 else high}, outside the vocabulary [0, {size - 1}]: "
-                "were the ids made by another tokenizer?"
-            )
-
-
-@contextlib.contextmanager
-def token_ids_checked(*checks: tuple[torch.Tensor | None, int, str]):
-    """`check_token_ids(*checks)`, then, within, the stacks called by the same forward pass over those tensors: a
-    training step (labels, source and decoder inputs) syncs once, not once per stack. A GPU waits for the host after
-    each sync until work is queued again. Holds for this call only: nothing is noted on the tensors themselves."""
-    check_token_ids(*checks)
-    known = {(id(ids), size) for ids, size, _ in checks if ids is not None}
-    token = _TOKEN_IDS_CHECKED.set(_TOKEN_IDS_CHECKED.get() | known)
-    try:
-        yield
-    finally:
-        _TOKEN_IDS_CHECKED.reset(token)
-
-
-def _token_id_ranges(tensors: list[torch.Tensor]) -> list[list[int]]:
-    """[lowest, highest] id of each tensor, read to the host in one device sync per device."""
-    ranges = [None] * len(tensors)
-    devices = {}
-    for index, ids in enumerate(tensors):
-        devices.setdefault(ids.device, []).append(index)
-    for indices in devices.values():
-        values = torch.stack([torch.stack(torch.aminmax(tensors[index])) for index in indices]).tolist()
-        for index, value in zip(indices, values):
-            ranges[index] = value
-    return ranges
-
-
-def check_labels_fit_decoder_inputs(labels: torch.Tensor, decoder_tokens: torch.Tensor | None) -> None:
-    """Each label is the target of the decoder input at its position: given both, they must be (batch, length) alike
-    (otherwise the loss's gather fails with a bare size error)."""
-    if decoder_tokens is not None and tuple(decoder_tokens.shape[:2]) != tuple(labels.shape):
-        raise ValueError(
-            f"`labels` has shape {tuple(labels.shape)}, but the decoder inputs are (batch, length) = "
-            f"{tuple(decoder_tokens.shape[:2])}: each label is the target at its decoder input's position, so both "
-            "must have the same shape (or leave out `decoder_input_ids` to build them from `labels`)."
-        )
-
-
-def warn_if_counted_padding(labels: torch.Tensor, pad_token_id: int | None) -> None:
-    """The Trainer's `num_items_in_batch` counts every label but -100, so labels padded with the pad id, which the
-    loss leaves out, would be counted in its denominator: say so (one device sync; skipped while compiling)."""
-    if pad_token_id is None or torch.compiler.is_compiling() or not bool((labels == pad_token_id).any()):
-        return
-    logger.warning(
-        f"`labels` are padded with pad_token_id ({pad_token_id}), which the loss leaves out, but the Trainer's "
-        "`num_items_in_batch` counts every label that is not -100: the summed loss is divided by the padding too, so "
-        "each batch's loss shrinks by its share of padding. Pad labels with -100 (DataCollatorForSeq2Seq's "
-        "`label_pad_token_id`) for the exact mean over target tokens."
-    )
-
-
-def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int], name: str) -> None:
-    """A 2-D mask must cover exactly the (batch, length) of the tokens it masks; anything else would be broadcast
-    or ignored. (4-D masks are taken as given.)"""
-    if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != tuple(shape):
-        raise ValueError(
-            f"`{name}` has shape {tuple(attention_mask.shape)}, but the tokens it masks are (batch, length) = "
-            f"{tuple(shape)}"
-        )
-
+from .embedding_sharing import OneVocabulary, embed_with_the_shared_module, pass_over_unregistered_embeddings
+from .initialization import init_weights, xavier_gain
+from .input_checks import (
+    check_attention_mask,
+    check_labels_fit_decoder_inputs,
+    check_token_ids,
+    token_ids_checked,
+    warn_if_counted_padding,
+)
+from .loss import label_smoothed_loss
+from .generation import TransformerGenerationMixin
+from .saving import SavedAsCustomCode
 
 # ----------------------------------------------------------------------------------------------------------------------
 # §3.4 Embeddings and §3.5 Positional Encoding
@@ -442,7 +325,7 @@ class AnnotatedTransformerDecoderLayer(GradientCheckpointingLayer):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
+class AnnotatedTransformerPreTrainedModel(SavedAsCustomCode, OneVocabulary, PreTrainedModel):
     config: AnnotatedTransformerConfig
     config_class = AnnotatedTransformerConfig
     base_model_prefix = "model"
@@ -463,152 +346,19 @@ class AnnotatedTransformerPreTrainedModel(PreTrainedModel):
             raise ValueError(str(error.__cause__ or error)) from None
         super().__init__(config, *inputs, **kwargs)
 
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        """Resize the one vocabulary: source and target embeddings (and the output projection), tied or not. With
-        separate source/target vocabularies (`src_vocab_size != vocab_size`) a single new size is ambiguous."""
-        if self.config.src_vocab_size != self.config.vocab_size:
-            raise NotImplementedError(
-                f"`resize_token_embeddings` resizes one shared vocabulary, but this model has separate source "
-                f"({self.config.src_vocab_size}) and target ({self.config.vocab_size}) vocabularies: resize the "
-                "encoder's and the decoder's `embeddings.embed_tokens` (and `lm_head`) yourself."
-            )
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        self.config.src_vocab_size = self.config.vocab_size
-        return embeddings
-
-    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
-        # transformers resizes the input (source) embeddings and `lm_head`; untied, the decoder's are another matrix.
-        if not self.config.tie_word_embeddings:
-            decoder = self.get_decoder()
-            decoder.set_input_embeddings(self._get_resized_embeddings(
-                decoder.get_input_embeddings(), new_num_tokens, pad_to_multiple_of, mean_resizing
-            ))
-        return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-
-    def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
-        """Save as transformers does, plus the weights' SHA-256 digests (`checksums.sha256`) that loading checks."""
-        # FSDP2's `fully_shard` gives a sharded model a class of its own, `FSDP<name>`, defined in torch: transformers
-        # would save that class's file and its relative imports (torch's FSDP sources) as the model code and name
-        # the class in `auto_map`, a folder that fails to load. Saved as the class it was built as, it does not.
-        sharded_class = type(self)
-        try:
-            self.__class__ = _unsharded_class(sharded_class)
-            return self._save_pretrained(save_directory, is_main_process, *args, **kwargs)
-        finally:
-            self.__class__ = sharded_class
-
-    def _save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
-        # Saved as custom code (`register_for_auto_class`), the folder should also open with `AutoModel`, not only
-        # with the Auto class of the saved object, so both models go into `auto_map`.
-        if self._auto_class is not None:
-            module = self.__class__.__module__.split(".")[-1]
-            self.config.auto_map = {
-                **(getattr(self.config, "auto_map", None) or {}),
-                "AutoModel": f"{module}.AnnotatedTransformerModel",
-                "AutoModelForSeq2SeqLM": f"{module}.AnnotatedTransformerForConditionalGeneration",
-            }
-            # The translation pipeline travels too (transformers 5 has none): this relative import makes transformers
-            # copy its file with the model code, and `custom_pipelines` is what `pipeline(model=folder,
-            # trust_remote_code=True)` looks up. Unregistered (loaded as remote code), the loaded config keeps its own.
-            from .pipeline_annotated_transformer import AnnotatedTransformerTranslationPipeline
-
-            if custom_pipelines := AnnotatedTransformerTranslationPipeline.custom_pipelines():
-                self.config.custom_pipelines = custom_pipelines
-        result = super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
-        if is_main_process:
-            write_checksums(save_directory)
-        return result
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """Load as transformers does, from safetensors only (never a pickle), after checking that a local folder's
-        weights files are complete and match their saved digests: a corrupt file is named in the error instead of
-        failing deep inside safetensors, or loading silently with a flipped bit."""
-        kwargs.setdefault("use_safetensors", True)
-        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
-        if os.path.isdir(folder):
-            verify_weights(folder)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-
     @torch.no_grad()
     def _init_weights(self, module):
-        """Xavier-uniform for every matrix (`p.dim() > 1`, as The Annotated Transformer does), except, under the
-        "fairseq" and "deepnet" schemes, the embeddings: N(0, d_model^-0.5) (the tied output projection shares them);
-        under "deepnet" the value-path matrices of each layer's sublayers (`residual_branch_matrices`) get DeepNet's
-        smaller Xavier gain (`deepnet_gains`); zero biases; unit LayerNorms.
-        Rebuilds the positional-encoding buffer, which `from_pretrained` leaves uninitialised."""
-        scheme = self.config.init_scheme
+        """The configuration's `init_scheme` (see `initialization`); rebuilds the positional-encoding buffer, which
+        `from_pretrained` leaves uninitialised."""
         if isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.encoding, sinusoidal_positional_encoding(*module.encoding.shape))
-        elif isinstance(module, nn.Embedding) and scheme in ("fairseq", "deepnet"):
-            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
-            if scheme == "normal":
-                init.normal_(module.weight, mean=0.0, std=self.config.init_std)
-            else:
-                init.xavier_uniform_(module.weight, gain=self._xavier_gain(module))
-            if getattr(module, "bias", None) is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-
-    def _xavier_gain(self, linear: nn.Module) -> float:
-        """1, except under "deepnet" for the value, attention-output and feed-forward matrices of a layer: DeepNet's
-        beta, the encoder's or the decoder's (transformers initialises a Linear on its own, so its layer is looked up
-        here, among this model's layers)."""
-        if self.config.init_scheme != "deepnet":
-            return 1.0
-        encoder_gain, decoder_gain = deepnet_gains(self.config.encoder_layers, self.config.decoder_layers)
-        for layer in self.modules():
-            if isinstance(layer, (AnnotatedTransformerEncoderLayer, AnnotatedTransformerDecoderLayer)) and any(
-                linear is matrix for matrix in residual_branch_matrices(layer)
-            ):
-                return decoder_gain if isinstance(layer, AnnotatedTransformerDecoderLayer) else encoder_gain
-        return 1.0
-
-
-def residual_branch_matrices(layer: nn.Module) -> list[nn.Linear]:
-    """The matrices on the value path of each sublayer of an encoder or decoder layer: every attention's value and
-    output projections, and both feed-forward matrices (queries and keys only shape the attention weights)."""
-    attentions = [child for child in layer.children() if isinstance(child, AnnotatedTransformerAttention)]
-    return [linear for attention in attentions for linear in (attention.v_proj, attention.out_proj)] + [
-        layer.feed_forward.fc1,
-        layer.feed_forward.fc2,
-    ]
-
-
-def deepnet_gains(encoder_layers: int, decoder_layers: int) -> tuple[float, float]:
-    """DeepNet's beta for an N-layer encoder and an M-layer decoder (Wang et al. 2022, "DeepNet: Scaling Transformers
-    to 1,000 Layers", §3): 0.87 (N^4 M)^(-1/16) for the encoder, (12 M)^(-1/4) for the decoder (0.50 and 0.34 at
-    6+6), the Xavier gain of `residual_branch_matrices`, so that each post-norm sublayer starts close to the
-    identity. DeepNorm's other half, the residual weight alpha in LayerNorm(alpha x + Sublayer(x)), is left out: it
-    would change the paper's architecture."""
-    return 0.87 * (encoder_layers**4 * decoder_layers) ** (-1 / 16), (12 * decoder_layers) ** (-1 / 4)
+        else:
+            init_weights(module, self.config, xavier_gain(self, module))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # §3.1 Encoder and decoder stacks
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def _unsharded_class(cls: type) -> type:
-    """`cls`, or the class FSDP2's `fully_shard` built it from where `cls` is the `FSDP<name>` class (made in torch)
-    that it gives a sharded module."""
-    if not torch.distributed.is_available():
-        return cls
-    from torch.distributed.fsdp import FSDPModule
-
-    return next(base for base in cls.__mro__ if not issubclass(base, FSDPModule))
-
-
-def layer_outputs(layer_class: type[nn.Module], depth_key: str) -> OutputRecorder | type[nn.Module]:
-    """The hidden states a stack records: its layers' outputs, counted by its own depth (`encoder_layers` or
-    `decoder_layers`) when transformers resolves `output_hidden_states=[indices]` (>= 5.24), not by
-    `num_hidden_layers` (the encoder's), which dropped a deeper decoder's last layers."""
-    if "num_hidden_layers_key" in OutputRecorder.__dataclass_fields__:
-        return OutputRecorder(layer_class, num_hidden_layers_key=depth_key)
-    return layer_class
 
 
 class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
@@ -737,15 +487,6 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         )
 
 
-def _pass_over_unregistered_embeddings(module, state_dict, prefix, *args) -> None:
-    """`load_state_dict` pre-hook of a tied `AnnotatedTransformerModel`: a stack that embeds with `shared`
-    unregistered (`embed_with_the_shared_module`) has no key of its own, so the state dict's copy under the stack's
-    name is dropped."""
-    for name in ("encoder", "decoder"):
-        if "embed_tokens" not in getattr(module, name).embeddings._modules:
-            state_dict.pop(f"{prefix}{name}.embeddings.embed_tokens.weight", None)
-
-
 class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
     """The bare encoder-decoder (Figure 1 without the final Linear + Softmax); returns `Seq2SeqModelOutput`."""
 
@@ -761,7 +502,7 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
                 "decoder.embeddings.embed_tokens.weight": "shared.weight",
             }
             # for `embed_with_the_shared_module` (it passes nothing over while the stacks keep their own modules)
-            self.register_load_state_dict_pre_hook(_pass_over_unregistered_embeddings)
+            self.register_load_state_dict_pre_hook(pass_over_unregistered_embeddings)
         else:
             self._tied_weights_keys = None
         self.encoder = AnnotatedTransformerEncoder(config)
@@ -778,21 +519,9 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         self.encoder.set_input_embeddings(value)
 
     def embed_with_the_shared_module(self) -> None:
-        """Tied: both stacks embed with the module `shared` itself from now on, used but not registered in them, so
-        that one module at one path holds the matrix (with the output projection). FSDP2 training (`fully_shard`)
-        needs that: accelerate shards the input embedding and the output projection in one unit, and a stack's own
-        module holding the same weight stayed in the root's unit, a second copy (torch < 2.13 trained the two apart
-        and failed after an evaluation and a save; torch 2.13 refuses to shard); a module registered at three paths
-        is one holder, but its state dict then names it three times and torch's full-state-dict load (the best
-        checkpoint's, at the end) fails on the extra two. A state dict that names the stacks' embeddings (a model
-        saved or loaded with its own modules) still loads: those copies of `shared.weight` are passed over. Saved
-        checkpoints are the same; `from_pretrained` builds the stacks' own modules again, and so do
-        `set_input_embeddings` and `resize_token_embeddings`."""
-        if not self.config.tie_word_embeddings or "embed_tokens" not in self.encoder.embeddings._modules:
-            return
-        for stack in (self.encoder, self.decoder):
-            del stack.embeddings._modules["embed_tokens"]
-            object.__setattr__(stack.embeddings, "embed_tokens", self.shared)
+        """Tied: both stacks embed with `shared` itself, one module at one path, as FSDP2 needs (see
+        `embedding_sharing`)."""
+        embed_with_the_shared_module(self)
 
     @can_return_tuple
     def forward(
@@ -842,134 +571,16 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _loss_chunk_rows(logits: torch.Tensor) -> int:
-    """Rows of logits the loss reads at a time, in float32: 4 MiB on a CPU (its passes over a chunk stay in cache),
-    256 MiB elsewhere (few kernel launches; the float32 copies of bf16 logits stay bounded)."""
-    elements = 2**20 if logits.device.type == "cpu" else 2**26
-    return max(1, elements // logits.size(-1))
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs are the targets shifted right by one, starting with `decoder_start_token_id` (§3.1)."""
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError("`pad_token_id` and `decoder_start_token_id` must be set to build decoder inputs from labels.")
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-def _loss_chunks(logits: torch.Tensor) -> list[slice]:
-    """The row ranges the loss goes through, one after the other. Under torch.compile a single one: the graph then
-    holds no loop whose length depends on the number of rows (each new length would be a new graph), and the
-    compiler fuses the passes itself."""
-    if torch.compiler.is_compiling():
-        return [slice(None)]
-    step = _loss_chunk_rows(logits)
-    return [slice(start, start + step) for start in range(0, logits.size(0), step)]
-
-
-def _smoothing_weight(epsilon: float, vocab_size: int, pad_token_id: int | None) -> float:
-    """q's weight on each token other than the gold one and padding: epsilon / (V - 2) (V - 1 without padding)."""
-    return 0.0 if epsilon == 0 else epsilon / (vocab_size - 1 - (pad_token_id is not None))
-
-
-def _smoothed_targets(like: torch.Tensor, gold_ids, epsilon: float, smooth: float, pad_token_id):
-    """q as a tensor shaped `like` (for the differentiable gradient only): 1 - epsilon on the gold token, `smooth` on
-    the others, 0 on padding."""
-    targets = torch.full_like(like, smooth)
-    if smooth and pad_token_id is not None:
-        targets[:, pad_token_id] = 0
-    return targets.scatter(-1, gold_ids.unsqueeze(-1), 1 - epsilon)
-
-
-class LabelSmoothedCrossEntropy(torch.autograd.Function):
-    """The summed loss of `label_smoothed_loss` over rows of logits, and its gradient, fused.
-
-    With log p = logits - lse (lse: each row's log-sum-exp), q's weights 1 - epsilon (gold) and s = epsilon / (V - 2)
-    (every other token but padding), and sum_v q_v = 1, a kept row's loss is
-        sum_v q_v log q_v + lse - (1 - epsilon) logit_gold - s * (sum_v logit_v - logit_gold - logit_pad)
-    and its gradient softmax(logits) - q. Forward reads the logits once per chunk of rows (see `_loss_chunks`) for
-    lse and the row sums, in float32 for bf16/fp16 logits; backward writes the gradient chunk by chunk. Nothing of
-    the logits' size is kept or built beside the gradient itself: no log-softmax copy for backward, no float32 copy
-    of bf16 logits, no one-hot or zero-filled gradient buffer. A backward that builds a graph (`create_graph=True`,
-    for second derivatives) computes the same gradient with differentiable operations instead.
-    Returns (summed loss, lse); lse is not differentiable.
-    """
-
-    @staticmethod
-    def forward(logits, labels, epsilon: float, pad_token_id: int | None):
-        rows, vocab_size = logits.shape
-        keep = labels != -100
-        gold_ids = labels.clamp(min=0)
-        smooth = _smoothing_weight(epsilon, vocab_size, pad_token_id)
-        dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 for bf16/fp16 logits
-        lse = torch.empty(rows, dtype=dtype, device=logits.device)
-        sums = torch.empty_like(lse) if smooth else None
-        for rows_in_chunk in _loss_chunks(logits):
-            chunk = logits[rows_in_chunk].to(dtype)  # a view unless the logits are bf16/fp16
-            torch.logsumexp(chunk, dim=-1, out=lse[rows_in_chunk])
-            if smooth:
-                torch.sum(chunk, dim=-1, out=sums[rows_in_chunk])
-        gold = logits.gather(-1, gold_ids.unsqueeze(-1)).squeeze(-1).to(dtype)
-        loss = lse - gold
-        if smooth:
-            others = sums - gold
-            if pad_token_id is not None:
-                others = others - logits[:, pad_token_id].to(dtype)
-            # Constant entropy term sum_v q_v log q_v, so the loss is 0 when p == q (as nn.KLDivLoss reports it).
-            entropy = (1 - epsilon) * math.log(1 - epsilon) + epsilon * math.log(smooth)
-            loss = entropy + lse - (1 - epsilon) * gold - smooth * others
-        return torch.where(keep, loss, 0).sum(), lse  # where, not a product: an ignored row's inf or NaN stays out
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        logits, labels, epsilon, pad_token_id = inputs
-        _, lse = output
-        ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(logits, labels, lse)
-        ctx.epsilon, ctx.pad_token_id = epsilon, pad_token_id
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_lse):
-        logits, labels, lse = ctx.saved_tensors
-        epsilon, pad_token_id = ctx.epsilon, ctx.pad_token_id
-        smooth = _smoothing_weight(epsilon, logits.size(-1), pad_token_id)
-        keep, gold_ids = labels != -100, labels.clamp(min=0)
-        scale = torch.where(keep, grad_loss.to(lse.dtype), 0)  # 0 on ignored rows
-        if torch.is_grad_enabled():  # create_graph=True: a gradient that is itself differentiable
-            probabilities = torch.softmax(logits.to(lse.dtype), dim=-1)
-            targets = _smoothed_targets(probabilities, gold_ids, epsilon, smooth, pad_token_id)
-            return ((probabilities - targets) * scale.unsqueeze(-1)).to(logits.dtype), None, None, None
-        grad = torch.empty_like(logits)
-        in_place = grad.dtype == lse.dtype  # else each chunk is computed in float32, then copied
-        for rows_in_chunk in _loss_chunks(logits):
-            chunk = grad[rows_in_chunk] if in_place else None
-            chunk = torch.sub(logits[rows_in_chunk].to(lse.dtype), lse[rows_in_chunk, None], out=chunk).exp_()
-            if smooth:
-                chunk.sub_(smooth)  # - q off the gold and padding columns
-            chunk_scale = scale[rows_in_chunk]
-            chunk.mul_(chunk_scale[:, None])
-            rows = torch.arange(chunk.size(0), device=chunk.device)
-            chunk[rows, gold_ids[rows_in_chunk]] -= (1 - epsilon - smooth) * chunk_scale
-            if smooth and pad_token_id is not None:
-                chunk[:, pad_token_id] += smooth * chunk_scale  # q is 0 there
-            if not in_place:
-                grad[rows_in_chunk].copy_(chunk)
-        return grad, None, None, None
-
-
-def label_smoothed_loss(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, pad_token_id: int | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed loss over target tokens and the number of tokens it covers (labels -100 or padding are ignored).
-
-    With `epsilon == 0` this is the cross-entropy. Otherwise it is §5.4's label smoothing as The Annotated
-    Transformer computes it: the KL divergence KL(q || p) to a target distribution q with 1 - epsilon on the gold
-    token and epsilon spread evenly over the other tokens except padding (epsilon / (V - 2); the padding column of
-    q is 0), in closed form so that q is never materialised (`LabelSmoothedCrossEntropy`):
-        KL = sum_v q_v log q_v - sum_v q_v log p_v.
-    Computed in float32 (or float64) whatever the logits' dtype.
-    """
-    logits = logits.reshape(-1, logits.size(-1))
-    labels = labels.reshape(-1)
-    if pad_token_id is not None:
-        labels = labels.masked_fill(labels == pad_token_id, -100)
-    num_tokens = (labels != -100).sum()  # no boolean gather of the logits: no copy, no device sync
-    return LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, pad_token_id)[0], num_tokens
-
-
-class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTrainedModel, GenerationMixin):
+class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTrainedModel, TransformerGenerationMixin):
     """The full Figure 1: encoder-decoder, then the pre-softmax linear projection (tied to the embeddings, §3.4).
     `forward(labels=...)` returns the (label-smoothed) loss; `generate()` does greedy, beam search and sampling."""
 
@@ -1000,46 +611,6 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-    @functools.wraps(GenerationMixin.generate, assigned=())  # __wrapped__: its signature
-    def generate(self, *args, **kwargs):
-        with prepacked_linear_layers(self.model.decoder, self.lm_head):
-            return super().generate(*args, **kwargs)
-
-    generate.__doc__ = (
-        "On an AMD CPU in float32, the decoder's and the output layer's linear layers, which run at every step, "
-        "multiply with oneDNN-prepacked copies of their weights during the call (`prepacked_linear_layers`); the "
-        "encoder's run once per call, where packing would cost about what it saves.\n"
-        + (GenerationMixin.generate.__doc__ or "")
-    )
-
-    def _prepare_generation_config(self, generation_config, **kwargs):
-        # A caller's max_length (a keyword, or in the generation config given) counts: the saved config's
-        # max_new_tokens (train.py writes one) would win.
-        if "max_length" in kwargs:
-            max_length = kwargs["max_length"]
-        elif generation_config is not None and generation_config.max_new_tokens is None:
-            max_length = generation_config.max_length
-        else:
-            max_length = None
-        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
-        if max_length is not None and "max_new_tokens" not in kwargs:
-            generation_config.max_new_tokens = None
-        # transformers lets num_beams < 1 through to a ZeroDivisionError or a "negative dimension" deep in search.
-        if generation_config.num_beams is not None and generation_config.num_beams < 1:
-            raise ValueError(f"`num_beams` must be >= 1 (1 = greedy or sampling), got {generation_config.num_beams}.")
-        return generation_config, model_kwargs
-
-    def _reorder_cache(self, cache: Cache, beam_idx: torch.Tensor) -> Cache:
-        """Beam search: after each step, the decoder self-attention cache follows the chosen beams. The
-        encoder-decoder attention's keys and values stay in place: beam search repeats each source's encoder output
-        once per beam, and a beam is only ever replaced by a beam of the same source, so the rows it would copy hold
-        the same source's keys and values already (Marian copies them: one index copy per layer, step and K/V)."""
-        if isinstance(cache, EncoderDecoderCache):
-            cache.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            cache.reorder_cache(beam_idx)
-        return cache
 
     @can_return_tuple
     def forward(

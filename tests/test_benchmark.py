@@ -34,7 +34,7 @@ from modeling.benchmarking.report import format_table, write_results
 from modeling.benchmarking.run import run_benchmark
 from modeling.benchmarking.settings import build_parser, settings_from_arguments
 from modeling.benchmarking.training_speed import TrainingFlops, forward_backward, loss_function, training_model
-from modeling.modeling_annotated_transformer import CACHE_NAME
+from modeling.compatibility import CACHE_NAME
 from modeling.tokenization import SPECIAL_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

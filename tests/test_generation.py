@@ -6,7 +6,7 @@ from packaging import version
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
-from modeling.modeling_annotated_transformer import CACHE_NAME
+from modeling.compatibility import CACHE_NAME
 
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])

@@ -43,7 +43,7 @@ def test_fused_loss_on_the_gpu_equals_the_float64_loss_in_several_chunks(monkeyp
     """The label-smoothed loss of bf16 logits on the GPU (in float32, three chunks) against float64 on the CPU: loss
     and gradient."""
     from modeling import modeling_annotated_transformer
-    from modeling.modeling_annotated_transformer import label_smoothed_loss
+    from modeling.loss import label_smoothed_loss
 
     monkeypatch.setattr(modeling_annotated_transformer, "_loss_chunk_rows", lambda logits: 40)
     generator = torch.Generator().manual_seed(0)

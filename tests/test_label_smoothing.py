@@ -11,12 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeling import (
-    AnnotatedTransformerConfig,
-    AnnotatedTransformerForConditionalGeneration,
-    modeling_annotated_transformer,
-)
-from modeling.modeling_annotated_transformer import label_smoothed_loss
+from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling import loss as loss_module
+from modeling.loss import label_smoothed_loss
 
 VOCAB, PAD = 12, 0
 
@@ -178,7 +175,7 @@ def labels_with_ignored_rows(rows: int, seed: int = 2) -> torch.Tensor:
 def test_gradient_equals_the_formula_gradient(epsilon, chunk_rows, monkeypatch):
     """The fused backward (softmax - q, chunk by chunk) against autograd through the explicit KL formula; chunks of
     3 rows split the 7 rows unevenly."""
-    monkeypatch.setattr(modeling_annotated_transformer, "_loss_chunk_rows", lambda logits: chunk_rows)
+    monkeypatch.setattr(loss_module, "_loss_chunk_rows", lambda logits: chunk_rows)
     labels = labels_with_ignored_rows(7)
     logits = torch.randn(7, VOCAB, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 3
     fused_logits, reference_logits = logits.clone().requires_grad_(), logits.clone().requires_grad_()

@@ -8,10 +8,10 @@ from model_helpers import VOCAB, enable_checkpointing, padded_batch, tiny_config
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils.output_capturing import OutputRecorder
 
-from modeling import AnnotatedTransformerModel, modeling_annotated_transformer
+from modeling import AnnotatedTransformerModel, input_checks
+from modeling.initialization import deepnet_gains
 from modeling.modeling_annotated_transformer import (
     SublayerConnection,
-    deepnet_gains,
     shift_tokens_right,
     sinusoidal_positional_encoding,
 )
@@ -346,8 +346,8 @@ def test_a_training_forward_reads_its_token_id_ranges_in_one_device_sync(monkeyp
     the GPU waits after each sync while the host queues work again). Only for that call: every call checks again,
     so ids changed in any way between calls (in place, through `.data`, in a copy) are refused."""
     syncs = []
-    ranges = modeling_annotated_transformer._token_id_ranges
-    monkeypatch.setattr(modeling_annotated_transformer, "_token_id_ranges",
+    ranges = input_checks._token_id_ranges
+    monkeypatch.setattr(input_checks, "_token_id_ranges",
                         lambda tensors: syncs.append(len(tensors)) or ranges(tensors))
     model = tiny_model()
     input_ids, attention_mask = padded_batch()

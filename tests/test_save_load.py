@@ -3,6 +3,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from model_helpers import VOCAB, padded_batch, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
+import modeling
 from modeling import AnnotatedTransformerForConditionalGeneration, AnnotatedTransformerModel
 
 
@@ -80,6 +82,55 @@ def test_fresh_process_loads_with_trust_remote_code(tmp_path):
     assert report["generated"] == expected.tolist()
     logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids).logits
     assert report["logits_sum"] == pytest.approx(logits.sum().item(), rel=1e-5)
+
+
+# A briefly trained model saved by version 0.1.0 (one model file holding the checks, loss and FSDP glue that now
+# live in small modules beside it), with its generations and logits then.
+SAVED_BY_0_1_0 = Path(__file__).resolve().parent / "fixtures" / "model-saved-by-0.1.0"
+FRESH_PROCESS_FULL = FRESH_PROCESS.replace('"logits_sum": logits.sum().item()', '"logits": logits.tolist()')
+
+
+def fresh_process_outputs(folder: Path, batch: dict, tmp_path: Path) -> dict:
+    """generate() and the logits of `folder`'s model, loaded with trust_remote_code in a process without this
+    package."""
+    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS_FULL, str(folder), json.dumps(batch)], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["module"].startswith("transformers_modules.")
+    return report
+
+
+def test_a_folder_saved_by_an_earlier_version_loads_with_its_own_code_and_with_this_package(tmp_path):
+    expected = json.loads(SAVED_BY_0_1_0.with_name(SAVED_BY_0_1_0.name + ".expected.json").read_text())
+    ids, mask = torch.tensor(expected["input_ids"]), torch.tensor(expected["attention_mask"])
+    assert not (SAVED_BY_0_1_0 / "loss.py").exists()  # the earlier layout: no helper modules beside the model file
+    report = fresh_process_outputs(SAVED_BY_0_1_0, {"input_ids": expected["input_ids"],
+                                                    "attention_mask": expected["attention_mask"]}, tmp_path)
+    assert report["generated"] == expected["generated"]
+    torch.testing.assert_close(torch.tensor(report["logits"]), torch.tensor(expected["logits"]), rtol=0, atol=1e-6)
+
+    model = AnnotatedTransformerForConditionalGeneration.from_pretrained(SAVED_BY_0_1_0).eval()
+    assert model.generate(ids, attention_mask=mask, max_new_tokens=8).tolist() == expected["generated"]
+    logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits
+    torch.testing.assert_close(logits, torch.tensor(expected["logits"]), rtol=0, atol=1e-6)
+
+
+def test_a_folder_saved_now_carries_every_module_the_model_imports_and_loads_without_the_package(tmp_path):
+    model = AnnotatedTransformerForConditionalGeneration.from_pretrained(SAVED_BY_0_1_0).eval()
+    folder = tmp_path / "saved-now"
+    model.save_pretrained(folder)
+    modeling_dir = Path(modeling.__file__).parent
+    relative = re.findall(r"^from \.(\w+) import", (modeling_dir / "modeling_annotated_transformer.py").read_text(),
+                          flags=re.M)
+    assert {"loss", "input_checks", "initialization", "compatibility", "saving", "generation"} <= set(relative)
+    assert {f"{name}.py" for name in relative} <= {path.name for path in folder.iterdir()}
+    ids, mask = padded_batch()
+    report = fresh_process_outputs(folder, {"input_ids": ids.tolist(), "attention_mask": mask.tolist()}, tmp_path)
+    assert report["generated"] == model.generate(ids, attention_mask=mask, max_new_tokens=8).tolist()
+    logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits
+    torch.testing.assert_close(torch.tensor(report["logits"]), logits, rtol=0, atol=1e-6)
 
 
 def test_checkpoint_state_dict_misses_only_the_tied_aliases(tmp_path):
