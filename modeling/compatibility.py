@@ -8,8 +8,8 @@
 Travels with the model (relative import of modeling_annotated_transformer.py).
 """
 
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from torch import nn
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.utils.output_capturing import OutputRecorder
 

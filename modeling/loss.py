@@ -7,6 +7,7 @@ import math
 
 import torch
 
+
 def _loss_chunk_rows(logits: torch.Tensor) -> int:
     """Rows of logits the loss reads at a time, in float32: 4 MiB on a CPU (its passes over a chunk stay in cache),
     256 MiB elsewhere (few kernel launches; the float32 copies of bf16 logits stay bounded)."""

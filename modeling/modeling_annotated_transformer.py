@@ -40,6 +40,7 @@ from .compatibility import CACHE_NAME, cache_argument, encoder_decoder_cache, la
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .dropout import Dropout
 from .embedding_sharing import OneVocabulary, embed_with_the_shared_module, pass_over_unregistered_embeddings
+from .generation import TransformerGenerationMixin
 from .initialization import init_weights, xavier_gain
 from .input_checks import (
     check_attention_mask,
@@ -49,7 +50,6 @@ from .input_checks import (
     warn_if_counted_padding,
 )
 from .loss import label_smoothed_loss
-from .generation import TransformerGenerationMixin
 from .saving import SavedAsCustomCode
 
 # ----------------------------------------------------------------------------------------------------------------------

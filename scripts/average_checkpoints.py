@@ -9,8 +9,8 @@ The result loads like the training output: AutoModelForSeq2SeqLM.from_pretrained
 
 import argparse
 
-from modeling.checkpoints import average_checkpoints, last_checkpoints
-from modeling.command_line import OneLineErrorParser
+from modeling.common.command_line import OneLineErrorParser
+from modeling.training.checkpoints import average_checkpoints, last_checkpoints
 
 
 def build_parser() -> OneLineErrorParser:

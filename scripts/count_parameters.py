@@ -1,7 +1,7 @@
 """Print the parameter count of each model preset (the paper's base model is ~65M with a 37k shared vocabulary)."""
 
-from modeling.command_line import OneLineErrorParser, positive_int
-from modeling.parameters import preset_parameter_counts
+from modeling.common.command_line import OneLineErrorParser, positive_int
+from modeling.inference.parameters import preset_parameter_counts
 
 
 def main(argv=None):

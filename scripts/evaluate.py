@@ -4,7 +4,7 @@
     python scripts/evaluate.py MODEL --source newstest2014.de --reference newstest2014.en --max_tokens 4096
 
 The test set is --source/--reference (line-aligned UTF-8 files, .gz allowed), or a split of --data_dir as
-modeling.data.load_parallel_corpus reads it (train, validation, test, or a file name such as Multi30k's
+modeling.data.corpus.load_parallel_corpus reads it (train, validation, test, or a file name such as Multi30k's
 test_2016_flickr). Sentences are translated in length-sorted batches with beam search (--num_beams, default 4).
 
 Writes, in --output_dir (default: MODEL/eval-<split>, or MODEL/eval-<source file name>; an earlier evaluation of
@@ -25,16 +25,16 @@ from pathlib import Path
 
 import transformers
 
-from modeling.command_line import OneLineErrorParser, positive_int
-from modeling.evaluation import (
+from modeling.common.command_line import OneLineErrorParser, positive_int
+from modeling.inference.evaluation import (
     default_output_dir,
     evaluate_model,
     read_test_set_files,
     read_test_set_split,
     summary_line,
 )
-from modeling.model_card import check_card_writable, record_evaluation
-from modeling.translation import check_model_folder, resolve_device
+from modeling.inference.model_card import check_card_writable, record_evaluation
+from modeling.inference.translation import check_model_folder, resolve_device
 
 
 def build_parser() -> OneLineErrorParser:
@@ -44,7 +44,7 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py) or a Hub id")
     parser.add_argument("--source", type=Path, help="source sentences, one per line")
     parser.add_argument("--reference", type=Path, help="their reference translations, line by line")
-    parser.add_argument("--data_dir", help="a corpus for modeling.data.load_parallel_corpus (instead of files)")
+    parser.add_argument("--data_dir", help="a corpus for modeling.data.corpus.load_parallel_corpus (instead of files)")
     parser.add_argument("--split", help="the --data_dir split to score (default: test)")
     parser.add_argument("--source_lang", help="with --data_dir: the source language (e.g. de)")
     parser.add_argument("--target_lang", help="with --data_dir: the target language (e.g. en)")

@@ -4,13 +4,13 @@
     python scripts/export_ctranslate2.py outputs/multi30k outputs/multi30k-ct2-int8 --quantization int8 --force
 
 Needs `pip install ctranslate2` (or the `ctranslate2` extra). Translate with the result through
-`modeling.ctranslate2_export.translate_ctranslate2`.
+`modeling.inference.ctranslate2_export.translate_ctranslate2`.
 """
 
 import argparse
 
-from modeling.command_line import OneLineErrorParser
-from modeling.ctranslate2_export import export_ctranslate2
+from modeling.common.command_line import OneLineErrorParser
+from modeling.inference.ctranslate2_export import export_ctranslate2
 
 
 def build_parser() -> OneLineErrorParser:

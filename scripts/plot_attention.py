@@ -10,8 +10,8 @@ Without --target the decoder side is the model's greedy translation. Needs matpl
 
 import argparse
 
-from modeling.attention_plots import ATTENTION_KINDS, plot_attention
-from modeling.command_line import OneLineErrorParser, check_utf8_arguments, positive_int
+from modeling.common.command_line import OneLineErrorParser, check_utf8_arguments, positive_int
+from modeling.inference.attention_plots import ATTENTION_KINDS, plot_attention
 
 
 def build_parser() -> OneLineErrorParser:

@@ -15,8 +15,8 @@ import sys
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from modeling.command_line import OneLineErrorParser
-from modeling.hub import HubUploadError, hub_model_card, hub_upload_files, push_folder_to_hub, upload_problem
+from modeling.common.command_line import OneLineErrorParser
+from modeling.inference.hub import HubUploadError, hub_model_card, hub_upload_files, push_folder_to_hub, upload_problem
 
 
 def build_parser() -> OneLineErrorParser:

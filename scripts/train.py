@@ -12,10 +12,10 @@ end quietly); a failed Hub upload after training exits with status 1.
 import sys
 from pathlib import Path
 
-from modeling.arguments import ConfigurationError, defaults_file, parse_arguments
-from modeling.hub import HubUploadError
-from modeling.trainer import NonFiniteLossError
-from modeling.training import RefusedByAnotherProcess, train
+from modeling.inference.hub import HubUploadError
+from modeling.training.arguments import ConfigurationError, defaults_file, parse_arguments
+from modeling.training.run import RefusedByAnotherProcess, train
+from modeling.training.trainer import NonFiniteLossError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
 

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import datasets
 
-from modeling.arguments import check_output_dir
-from modeling.checkpoints import holds_model
-from modeling.command_line import OneLineErrorParser, positive_int
-from modeling.data import load_parallel_corpus
+from modeling.common.command_line import OneLineErrorParser, positive_int
+from modeling.data.corpus import load_parallel_corpus
 from modeling.tokenization import (
     MIN_VOCAB_SIZE,
     check_vocab_size,
@@ -29,6 +27,8 @@ from modeling.tokenization import (
     train_tokenizer,
     train_translation_tokenizers,
 )
+from modeling.training.arguments import check_output_dir
+from modeling.training.checkpoints import holds_model
 
 
 def build_parser() -> OneLineErrorParser:

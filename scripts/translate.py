@@ -20,7 +20,7 @@ from pathlib import Path
 
 import transformers
 
-from modeling.command_line import (
+from modeling.common.command_line import (
     OneLineErrorParser,
     check_output_file,
     check_utf8_arguments,
@@ -29,8 +29,7 @@ from modeling.command_line import (
     same_file,
     write_lines,
 )
-from modeling.tokenization import read_lines
-from modeling.translation import (
+from modeling.inference.translation import (
     ENGINES,
     check_compute_type,
     check_ctranslate2_folder,
@@ -40,6 +39,7 @@ from modeling.translation import (
     translate,
     translate_with_ctranslate2,
 )
+from modeling.tokenization import read_lines
 
 
 def build_parser() -> OneLineErrorParser:

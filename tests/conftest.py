@@ -37,7 +37,7 @@ def multi30k_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def multi30k_de_en(multi30k_dir):
-    from modeling.data import load_parallel_corpus
+    from modeling.data.corpus import load_parallel_corpus
 
     return load_parallel_corpus(multi30k_dir, "de", "en")
 

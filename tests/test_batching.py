@@ -6,8 +6,8 @@ import torch
 from accelerate.data_loader import BatchSamplerShard
 from transformers import DataCollatorForSeq2Seq
 
-from modeling.batching import TokenBudgetBatchSampler, batch_cost, pad_length, padding_stats, token_lengths
-from modeling.data import synthetic_task_dataset, tokenize_pairs
+from modeling.data.batching import TokenBudgetBatchSampler, batch_cost, pad_length, padding_stats, token_lengths
+from modeling.data.corpus import synthetic_task_dataset, tokenize_pairs
 from modeling.tokenization import train_tokenizer
 
 

@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
-from modeling.checkpoints import average_checkpoints, average_state_dicts, last_checkpoints, list_checkpoints
-from modeling.hub import hub_upload_files
+from modeling.inference.hub import hub_upload_files
 from modeling.tokenization import train_tokenizer
+from modeling.training.checkpoints import average_checkpoints, average_state_dicts, last_checkpoints, list_checkpoints
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -71,7 +71,7 @@ def test_config_round_trip_and_auto_config(tmp_path):
 
 
 def test_base_preset_has_the_papers_parameter_count():
-    from modeling.parameters import preset_parameter_counts
+    from modeling.inference.parameters import preset_parameter_counts
 
     counts = preset_parameter_counts(vocab_size=37000)
     assert 60e6 < counts["base"] < 66e6  # Table 3: 65M
@@ -84,7 +84,7 @@ def test_count_parameters_script_prints_each_preset_and_refuses_a_bad_vocabulary
     import sys
     from pathlib import Path
 
-    from modeling.parameters import preset_parameter_counts
+    from modeling.inference.parameters import preset_parameter_counts
 
     script = str(Path(__file__).resolve().parents[1] / "scripts" / "count_parameters.py")
     monkeypatch.setattr(sys, "argv", ["count_parameters.py", "--vocab_size", "8000", "--untied"])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from modeling import AnnotatedTransformerForConditionalGeneration
-from modeling.arguments import ConfigurationError, parse_arguments, validate_arguments
+from modeling.training.arguments import ConfigurationError, parse_arguments, validate_arguments
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RECIPES = sorted(path for path in CONFIGS.glob("*.yaml") if not path.name.startswith("accelerate_"))

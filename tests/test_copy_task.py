@@ -2,7 +2,7 @@
 
 import torch
 
-from modeling.demo import copy_batch, train_copy_task
+from modeling.training.copy_task import copy_batch, train_copy_task
 
 
 def test_copy_batches_end_with_eos_and_copy_the_source():

@@ -10,7 +10,13 @@ import pytest
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 from transformers import AutoTokenizer
 
-from modeling.data import filter_pairs, load_parallel_corpus, prepare_pairs, synthetic_task_dataset, tokenize_pairs
+from modeling.data.corpus import (
+    filter_pairs,
+    load_parallel_corpus,
+    prepare_pairs,
+    synthetic_task_dataset,
+    tokenize_pairs,
+)
 from modeling.tokenization import read_lines, train_tokenizer
 
 PAIRS = [("Ein Hund.", "A dog."), ("  Zwei Katzen ", "Two cats"), ("Tab\tinside", "x"), ("Ümlaut ☃", "snowman ☃")]
@@ -100,7 +106,7 @@ def test_text_pairs_in_a_directory_plain_and_gzip(tmp_path, caplog):
     write_lines(tmp_path / "test2019.de", ["Tschüss"])
     write_lines(tmp_path / "test2019.en", ["Bye"])
     (tmp_path / "README.md").write_text("not a language\n")
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         corpus = load_parallel_corpus(tmp_path)  # exactly two languages: alphabetical order, logged
     assert "de -> en" in caplog.text
     assert list(corpus) == ["train", "validation", "test"]
@@ -180,7 +186,7 @@ def test_tsv_with_and_without_header(tmp_path, caplog):
     with pytest.raises(ValueError, match=r"column\(s\) \['fr'\] not in the header line \['id', 'en', 'de'\]"):
         load_parallel_corpus(named, source_column="fr", target_column="en")
 
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):  # languages asked of source/target columns
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):  # languages asked of source/target columns
         assert as_pairs(load_parallel_corpus(tmp_path, "en", "de")["train"]) == PAIRS[:2]
     assert "train.tsv: its columns do not name the language(s) 'en' and 'de'; reading 'source' as the source" in (
         caplog.text)
@@ -189,13 +195,13 @@ def test_tsv_with_and_without_header(tmp_path, caplog):
     languages = tmp_path / "languages.tsv"
     write_lines(languages, ["de\ten", "Ein Hund.\tA dog."])
     assert as_pairs(load_parallel_corpus(languages, "de", "en")["train"]) == [("Ein Hund.", "A dog.")]
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         assert len(load_parallel_corpus(languages)["train"]) == 2  # no languages given: the header is a pair
     assert "looks like a header naming languages, but is read as a sentence pair" in caplog.text
     caplog.clear()
     one_column = tmp_path / "one_column.tsv"
     write_lines(one_column, ["ja", "Ein Hund.\tA dog."])
-    with caplog.at_level(logging.WARNING, logger="modeling.data"), pytest.raises(ValueError, match="line 1 has 1"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"), pytest.raises(ValueError, match="line 1 has 1"):
         load_parallel_corpus(one_column)
     assert "looks like a header" not in caplog.text
 
@@ -208,7 +214,7 @@ def test_tsv_with_and_without_header(tmp_path, caplog):
 def test_jsonl_flat_and_translation_objects(tmp_path, caplog):
     write_lines(tmp_path / "train.jsonl", [json.dumps({"source": s, "target": t}) for s, t in PAIRS] + [""])
     write_lines(tmp_path / "test.jsonl", [json.dumps({"translation": {"de": "Hallo", "en": "Hello", "fr": "Salut"}})])
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         corpus = load_parallel_corpus(tmp_path, "en", "fr")
     assert as_pairs(corpus["train"]) == PAIRS and as_pairs(corpus["test"]) == [("Hello", "Salut")]
     assert "train.jsonl line 1: its columns do not name the language(s) 'en' and 'fr'" in caplog.text
@@ -280,7 +286,7 @@ def test_a_folder_of_data_files_takes_shards_ignores_other_formats_and_yields_to
         Dataset.from_dict({"de": [s for s, _ in pairs], "en": [t for _, t in pairs]}).to_parquet(
             tmp_path / f"train-0000{shard}-of-00002.parquet")
     (tmp_path / "metadata.json").write_text('{"license": "cc-by"}\n')  # not data: another format than train's
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         corpus = load_parallel_corpus(tmp_path, "de", "en")
     assert as_pairs(corpus["train"]) == PAIRS and list(corpus) == ["train"]
     assert "reading its parquet files; left out: " in caplog.text and "metadata.json" in caplog.text
@@ -303,7 +309,7 @@ def test_a_translation_column_whose_rows_differ_keeps_every_row(tmp_path):
 
 
 def test_translation_direction_defaults_to_the_config_name_order():
-    from modeling.data import _from_datasets  # what load_parallel_corpus("wmt14", dataset_config="de-en") runs
+    from modeling.data.corpus import _from_datasets  # what load_parallel_corpus("wmt14", dataset_config="de-en") runs
 
     features = Features({"translation": Translation(languages=["de", "en"])})
     raw = DatasetDict({"train": Dataset.from_dict({"translation": [{"de": "Hund", "en": "dog"}]}, features=features)})
@@ -325,7 +331,7 @@ def test_two_named_columns_and_save_to_disk_folders(tmp_path, caplog):
         == PAIRS
     unnamed = {"source": rows["german"], "target": rows["english"]}
     DatasetDict({"train": Dataset.from_dict(unnamed)}).save_to_disk(tmp_path / "unnamed")
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         assert as_pairs(load_parallel_corpus(tmp_path / "unnamed", "en", "de")["train"]) == PAIRS
     assert "columns ['source', 'target']: its columns do not name the language(s) 'en' and 'de'" in caplog.text
 
@@ -339,7 +345,7 @@ def test_filter_pairs_counts_what_it_removes(caplog):
         "train": Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}),
         "test": Dataset.from_dict({"source": ["kept"], "target": ["kept"]}),
     })
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         filtered, report = filter_pairs(corpus, max_length=20)
     assert report == {
         "train": {"total": 5, "empty": 2, "too_long": 1, "kept": 2},
@@ -372,7 +378,7 @@ def test_prepare_pairs_tokenizes_once_and_filters_like_filter_pairs(caplog):
     sources, targets = map(list, zip(*pairs))
     corpus = DatasetDict({"train": Dataset.from_dict({"source": sources, "target": targets})})
     tokenizer = train_tokenizer(["ein Hund", "a dog", "Katze", "cat"] * 5, vocab_size=300)
-    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
         text, tokenized, report = prepare_pairs(corpus, tokenizer, max_length=10)
     assert report == {"train": {"total": 5, "empty": 2, "too_long": 1, "kept": 2}}
     assert "train: removed 3 of 5 pairs: 2 empty, 1 too long (longer than 10 tokens)" in caplog.text

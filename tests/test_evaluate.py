@@ -1,4 +1,4 @@
-"""scripts/evaluate.py and `modeling.evaluation`: a model folder scored on a test set (files, or a corpus split)
+"""scripts/evaluate.py and `modeling.inference.evaluation`: a model folder scored on a test set (files, or a corpus split)
 with sacreBLEU, lowercased BLEU and chrF through the project's local `evaluate` metric modules."""
 
 import gzip
@@ -18,7 +18,7 @@ import pytest
 from launch_helpers import assert_one_line_error
 from test_translate import random_digits, save_copy_model
 
-from modeling.evaluation import (
+from modeling.inference.evaluation import (
     METRIC_NAMES,
     EvaluationSet,
     build_compute_metrics,
@@ -27,9 +27,9 @@ from modeling.evaluation import (
     read_test_set_files,
     stored_score,
 )
-from modeling.model_card import corpus_id, record_evaluation
+from modeling.inference.model_card import corpus_id, record_evaluation
+from modeling.inference.translation import single_line
 from modeling.tokenization import load_tokenizers
-from modeling.translation import single_line
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVALUATE_SCRIPT = REPO_ROOT / "scripts" / "evaluate.py"
@@ -247,7 +247,7 @@ def test_bad_arguments_fail_in_one_line_before_loading_the_model(case, model_dir
     def must_not_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
 
-    monkeypatch.setattr("modeling.evaluation.load_translation_model", must_not_load)
+    monkeypatch.setattr("modeling.inference.evaluation.load_translation_model", must_not_load)
     before = sorted(model_dir.rglob("*")) + sorted(tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as exit_info:
         run_script(monkeypatch, model_dir, *argv)
@@ -305,7 +305,7 @@ def test_a_model_card_the_scores_cannot_go_into_is_named_before_anything_is_tran
     shutil.copytree(model_dir, changed)
     (changed / "README.md").write_bytes(card)
     before = sorted(changed.rglob("*"))
-    monkeypatch.setattr("modeling.evaluation.load_translation_model", lambda *args, **kwargs: 1 / 0)
+    monkeypatch.setattr("modeling.inference.evaluation.load_translation_model", lambda *args, **kwargs: 1 / 0)
     if unwritable == "folder":
         def no_new_file(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
@@ -365,7 +365,7 @@ def test_scores_go_into_the_file_a_linked_card_names_and_keep_its_permissions(tm
 
 
 def test_a_tsv_split_is_found_by_its_file_name(tmp_path):
-    from modeling.evaluation import read_test_set_split
+    from modeling.inference.evaluation import read_test_set_split
 
     for split in ("train", "valid", "test_2017"):
         (tmp_path / f"{split}.tsv").write_text(f"{split} eins\t{split} one\n")

@@ -1,4 +1,4 @@
-"""scripts/export_ctranslate2.py and `modeling.ctranslate2_export`: CTranslate2 decodes exactly as `generate` does."""
+"""scripts/export_ctranslate2.py and `modeling.inference.ctranslate2_export`: CTranslate2 decodes exactly as `generate` does."""
 
 import runpy
 import sys
@@ -10,9 +10,9 @@ import torch
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration  # noqa: E402
-from modeling.ctranslate2_export import (  # noqa: E402
+from modeling.inference.ctranslate2_export import export_ctranslate2  # noqa: E402
+from modeling.inference.ctranslate2_runtime import (  # noqa: E402
     ctranslate2_generate,
-    export_ctranslate2,
     load_ctranslate2_translator,
     translate_ctranslate2,
 )

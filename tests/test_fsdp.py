@@ -11,13 +11,12 @@ import sys
 
 import pytest
 import torch
-
 from launch_helpers import OFFLINE_ENV, REPO_ROOT, free_port
 from model_helpers import VOCAB, tiny_model
 
 from modeling import AnnotatedTransformerForConditionalGeneration
-from modeling.arguments import TransformerTrainingArguments
-from modeling.trainer import TransformerSeq2SeqTrainer
+from modeling.training.arguments import TransformerTrainingArguments
+from modeling.training.trainer import TransformerSeq2SeqTrainer
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without torch.distributed")
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import normalizers
 from model_helpers import VOCAB, tiny_model
+from tokenizers import normalizers
 
 from modeling.tokenization import train_tokenizer
 

@@ -14,7 +14,7 @@ from launch_helpers import REPO_ROOT, accelerate_launch, score_in_a_fresh_proces
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model
 from safetensors.torch import load_file
 
-from modeling.data import synthetic_task_dataset
+from modeling.data.corpus import synthetic_task_dataset
 
 pytestmark = [
     pytest.mark.gpu,

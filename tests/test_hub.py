@@ -4,8 +4,8 @@ text only; tests/test_train.py uploads to a local fake Hub)."""
 from huggingface_hub import ModelCard
 from model_helpers import tiny_model
 
-from modeling.hub import hub_upload_files, upload_problem
-from modeling.model_card import renamed_card
+from modeling.inference.hub import hub_upload_files, upload_problem
+from modeling.inference.model_card import renamed_card
 from modeling.tokenization import train_tokenizer
 
 CARD = """---
@@ -45,7 +45,7 @@ def test_the_usage_example_quotes_the_sentence_for_python_and_the_shell():
     import ast
     import shlex
 
-    from modeling.model_card import usage_example
+    from modeling.inference.model_card import usage_example
 
     source = 'Er sagte "Hallo" und zahlte $HOME \\n zurück'
     fields = usage_example("runs/my model", source)
@@ -60,7 +60,7 @@ def test_the_usage_example_quotes_the_sentence_for_python_and_the_shell():
 
 def test_an_evaluation_of_files_takes_the_cards_languages_for_its_task(tmp_path):
     """An averaged model's card has no scores left to copy the task name from; its metadata has the languages."""
-    from modeling.model_card import record_evaluation
+    from modeling.inference.model_card import record_evaluation
 
     (tmp_path / "README.md").write_text("---\nlanguage:\n- de\n- en\nmodel_name: averaged\n---\n# averaged\n")
     signatures = {"bleu": "b", "chrf": "c", "bleu_lowercase": "l"}
@@ -73,7 +73,7 @@ def test_an_evaluation_of_files_takes_the_cards_languages_for_its_task(tmp_path)
 
 
 def test_the_best_checkpoint_of_another_folder_is_named_by_its_path(tmp_path):
-    from modeling.model_card import best_checkpoint_note
+    from modeling.inference.model_card import best_checkpoint_note
 
     run = tmp_path / "run"
     note = best_checkpoint_note(str(run / "checkpoint-30"), run, "bleu")

@@ -6,8 +6,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from modeling.metrics import __file__ as metrics_init
-from modeling.model_card import TEMPLATE_PATH
+from modeling.inference.metrics import __file__ as metrics_init
+from modeling.inference.model_card import TEMPLATE_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = REPO_ROOT / "modeling"
@@ -27,5 +27,5 @@ def test_the_wheel_holds_every_module_the_metric_scripts_and_the_model_card_temp
     expected = {path.relative_to(REPO_ROOT).as_posix() for path in PACKAGE.rglob("*.py")}
     expected |= {TEMPLATE_PATH.relative_to(REPO_ROOT).as_posix()}
     assert TEMPLATE_PATH.is_relative_to(PACKAGE) and Path(metrics_init).is_relative_to(PACKAGE)
-    assert any(name.startswith("modeling/metrics/") and name != "modeling/metrics/__init__.py" for name in expected)
+    assert any(name.startswith("modeling/inference/metrics/") and name != "modeling/inference/metrics/__init__.py" for name in expected)
     assert expected - names == set()

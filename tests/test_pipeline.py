@@ -17,11 +17,11 @@ from transformers.dynamic_module_utils import get_imports
 
 import modeling.pipeline_annotated_transformer as pipeline_module
 from modeling import AnnotatedTransformerTranslationPipeline
+from modeling.inference.translation import load_translation_model
 from modeling.tokenization import (
     save_tokenizers,
     train_tokenizer,
 )
-from modeling.translation import load_translation_model
 
 GENERATION = {"num_beams": 2, "max_new_tokens": 6}  # max_new_tokens < the source lengths, so it shows
 

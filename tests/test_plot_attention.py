@@ -1,4 +1,4 @@
-"""scripts/plot_attention.py and `modeling.attention_plots`: one figure per (kind, layer), one panel per head."""
+"""scripts/plot_attention.py and `modeling.inference.attention_plots`: one figure per (kind, layer), one panel per head."""
 
 import json
 import runpy
@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("matplotlib")
 
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration  # noqa: E402
-from modeling.attention_plots import (  # noqa: E402
+from modeling.inference.attention_plots import (  # noqa: E402
     attention_figures,
     load_attention_model,
     sentence_attention,
@@ -156,7 +156,7 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(model_dir, tmp_path, m
 
 
 def test_an_output_dir_that_is_a_file_is_refused_before_the_model_loads(model_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("modeling.attention_plots.load_translation_model", lambda *args, **kwargs: 1 / 0)
+    monkeypatch.setattr("modeling.inference.attention_plots.load_translation_model", lambda *args, **kwargs: 1 / 0)
     (tmp_path / "plots").write_text("keep")
     with pytest.raises(SystemExit) as exit_info:
         run_script(monkeypatch, model_dir, SOURCE, "--output_dir", tmp_path / "plots")

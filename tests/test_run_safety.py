@@ -19,11 +19,12 @@ import torch
 from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, free_port
 from safetensors.torch import load_file
 
-from modeling.arguments import ConfigurationError, parse_arguments
-from modeling.checkpoints import checkpoint_problem, checkpoint_step, last_checkpoints
-from modeling.run_lock import RUN_LOCK_NAME, RunLock
-from modeling.trainer import NonFiniteLossError
-from modeling.training import resolve_checkpoint, train, warn_of_missing_random_state
+from modeling.training.arguments import ConfigurationError, parse_arguments
+from modeling.training.checkpoints import checkpoint_problem, checkpoint_step, last_checkpoints
+from modeling.training.run import train
+from modeling.training.run_safety import resolve_checkpoint, warn_of_missing_random_state
+from modeling.training.run_lock import RUN_LOCK_NAME, RunLock
+from modeling.training.trainer import NonFiniteLossError
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 SMALL = [*QUICK, "--eval_strategy", "no", "--max_train_samples", "64", "--max_tokens", "128",
@@ -163,7 +164,7 @@ def test_a_plateau_schedule_resumes_with_its_own_learning_rate_and_refuses_anoth
     """reduce_lr_on_plateau keeps no base rate, only its current one: that is compared with the rate given, reduced
     by its factor as often as its evaluations allow (here it reduces after each one, as none counts as better with
     a threshold of 10). transformers' greedy schedule, which also raises its rate, keeps its start: compared."""
-    from modeling.training import plateau_difference
+    from modeling.training.run_safety import plateau_difference
 
     plateau = ["--lr_scheduler", "reduce_lr_on_plateau", "--eval_strategy", "steps", "--eval_steps", "2",
                "--lr_scheduler_kwargs", '{"factor": 0.5, "patience": 0, "threshold": 10}', "--learning_rate", "0.01"]
@@ -219,7 +220,7 @@ def test_optimizers_without_adam_settings_resume(tmp_path, optim):
 def test_resuming_with_another_optimizer_or_its_settings_is_refused(earlier_run, tmp_path):
     """AdamW's state loaded into SGD failed at the first step (KeyError 'momentum'); an --optim_args value was ignored
     as the loaded state brought back its own. An FSDP checkpoint's optimizer.bin is read as optimizer.pt is."""
-    from modeling.training import refuse_other_optimization
+    from modeling.training.run_safety import refuse_other_optimization
 
     with pytest.raises(ConfigurationError, match=r"checkpoint-8: it was trained with another optimizer than --optim "
                                                  r"sgd \(its settings: .*betas.*\), whose state this one cannot"):
@@ -242,7 +243,7 @@ def test_resuming_with_another_optimizer_or_its_settings_is_refused(earlier_run,
 
 
 def test_only_what_no_run_writes_keeps_a_folder_from_being_replaced(tmp_path):
-    from modeling.training import not_run_files
+    from modeling.training.run_safety import not_run_files
 
     for name in ("averaged_from.json", "emissions.csv", ".DS_Store", "config.json", "eval-test", "checkpoint-3",
                  ".README.md.4242.writing", "notes.txt", "data"):  # the card's write a killed process left
@@ -324,7 +325,7 @@ def test_a_resumed_launch_stopped_before_its_card_is_finished_not_taken_for_the_
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt  # as if killed while its card was written
-    monkeypatch.setattr("modeling.training.write_model_card", stopped)
+    monkeypatch.setattr("modeling.training.run.write_model_card", stopped)
     with pytest.raises(KeyboardInterrupt):
         run(folder, "--max_steps", "8", "--seed", "1", "--resume_from_checkpoint", str(folder / "checkpoint-4"))
     monkeypatch.undo()
@@ -443,7 +444,7 @@ def test_fixed_size_batches_are_recorded_and_another_batch_size_on_resume_is_war
 def test_a_change_of_batching_rule_is_named_once():
     from datasets import Dataset
 
-    from modeling.trainer import EpochBatches
+    from modeling.training.callbacks import EpochBatches
 
     pairs = Dataset.from_dict({"input_ids": [[5, 6, 2], [7, 2]], "labels": [[8, 2], [9, 9, 2]]})
     common = dict(data_seed=None, seed=0, world_size=1, gradient_accumulation_steps=1, pad_to_multiple_of=None,

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from modeling.schedule import get_noam_schedule, noam_learning_rate
+from modeling.training.schedule import get_noam_schedule, noam_learning_rate
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ import torch
 import torch.multiprocessing as mp
 from test_train import log_by_step, run_in_process
 
-from modeling.arguments import ConfigurationError
-from modeling.trainer import StopTime, TrainingClock, TransformerSeq2SeqTrainer, first_process_flag
+from modeling.training.arguments import ConfigurationError
+from modeling.training.callbacks import StopTime, TrainingClock, first_process_flag
+from modeling.training.trainer import TransformerSeq2SeqTrainer
 
 TINY = ["--max_train_samples", "64", "--max_tokens", "128", "--max_eval_samples", "4", "--max_test_samples", "4",
         "--max_steps", "6"]
@@ -66,7 +67,7 @@ def test_a_run_stopped_by_the_limit_is_finished_until_the_limit_is_raised(tmp_pa
 
 
 class StepClock:
-    """A stand-in for `time` in modeling.trainer whose clock moves 100 s each time it is read."""
+    """A stand-in for `time` in modeling.training.trainer whose clock moves 100 s each time it is read."""
 
     def __init__(self):
         self.now = 0.0
@@ -78,7 +79,7 @@ class StepClock:
 
 def test_saving_only_the_best_a_run_stopped_after_its_last_save_is_finished_all_the_same(tmp_path, monkeypatch):
     """Its newest checkpoint (the best) predates the limit; the run's own state records the time that stopped it."""
-    monkeypatch.setattr("modeling.trainer.time", StepClock())
+    monkeypatch.setattr("modeling.training.callbacks.time", StepClock())
     out, limit = tmp_path / "run", 300 / 3600
     common = [*TINY, "--save_strategy", "best", "--metric_for_best_model", "exact_match", "--eval_steps", "1",
               "--logging_steps", "2"]
@@ -96,7 +97,7 @@ def test_saving_only_the_best_a_run_stopped_after_its_last_save_is_finished_all_
 
 
 class SetClock:
-    """A stand-in for `time` in modeling.trainer that reads `now`."""
+    """A stand-in for `time` in modeling.training.trainer that reads `now`."""
 
     def __init__(self):
         self.now = 0.0
@@ -114,7 +115,7 @@ def clock_jumps_at(monkeypatch, callback: type, event: str) -> SetClock:
         clock.now = 10_000.0
         return handler(self, *args, **kwargs)
 
-    monkeypatch.setattr("modeling.trainer.time", clock)
+    monkeypatch.setattr("modeling.training.callbacks.time", clock)
     monkeypatch.setattr(callback, event, jumped)
     return clock
 

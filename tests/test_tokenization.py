@@ -11,7 +11,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from modeling.data import synthetic_task_dataset
+from modeling.data.corpus import synthetic_task_dataset
 from modeling.tokenization import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,

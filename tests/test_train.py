@@ -32,15 +32,15 @@ from launch_helpers import (
 )
 from safetensors.torch import load_file
 
-from modeling.arguments import ConfigurationError, mixed_precision, parse_arguments, validate_arguments
-from modeling.checkpoints import average_checkpoints, last_checkpoints
-from modeling.data import synthetic_task_dataset
-from modeling.hub import HubUploadError, hub_upload_files, push_folder_to_hub
-from modeling.model_card import card_data, hub_dataset_id, record_evaluation
-from modeling.run_lock import RunLock
-from modeling.schedule import noam_learning_rate
+from modeling.data.corpus import synthetic_task_dataset
+from modeling.inference.hub import HubUploadError, hub_upload_files, push_folder_to_hub
+from modeling.inference.model_card import card_data, hub_dataset_id, record_evaluation
 from modeling.tokenization import train_tokenizer
-from modeling.training import cpu_threads_per_process, setup_training, train
+from modeling.training.arguments import ConfigurationError, mixed_precision, parse_arguments, validate_arguments
+from modeling.training.checkpoints import average_checkpoints, last_checkpoints
+from modeling.training.run import cpu_threads_per_process, setup_training, train
+from modeling.training.run_lock import RunLock
+from modeling.training.schedule import noam_learning_rate
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 
@@ -201,7 +201,7 @@ def test_the_cards_hub_datasets_entry_is_only_a_hub_dataset_id(tmp_path, monkeyp
 def test_the_cards_command_keeps_accelerates_mixed_precision(monkeypatch):
     """`accelerate launch --mixed_precision bf16` reaches the script as ACCELERATE_MIXED_PRECISION only: the card's
     command left it out, and ran in fp32."""
-    from modeling.training import launch_command
+    from modeling.training.run import launch_command
 
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     assert launch_command(["--max_steps", "2"], 1, "NO") == "accelerate launch scripts/train.py --max_steps 2"
@@ -211,7 +211,7 @@ def test_the_cards_command_keeps_accelerates_mixed_precision(monkeypatch):
 
 
 def test_model_card_template_fields_must_all_be_given():
-    from modeling.model_card import render_model_card
+    from modeling.inference.model_card import render_model_card
 
     with pytest.raises(ValueError, match="needs a value the context lacks: 'model_name' is undefined"):
         render_model_card({"card_data": ""})
@@ -231,10 +231,10 @@ def test_model_card_template_fields_must_all_be_given():
 def test_the_copy_tasks_config_gives_the_defaults_of_copy_task_runs_only(monkeypatch, argv, copy_task_defaults):
     """A run on a corpus without --config took the copy task's 270-entry vocabulary, 32-token max_length and tiny
     preset: a real corpus lost its longer pairs to the length filter."""
-    import modeling.training
+    import modeling.training.run
 
     seen = {}
-    monkeypatch.setattr(modeling.training, "train", lambda *args, **kwargs: seen.update(args=args, **kwargs))
+    monkeypatch.setattr(modeling.training.run, "train", lambda *args, **kwargs: seen.update(args=args, **kwargs))
     monkeypatch.setattr(sys, "argv", ["train.py", *argv])
     monkeypatch.chdir(REPO_ROOT)
     runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")
@@ -253,7 +253,7 @@ def test_the_copy_tasks_config_gives_the_defaults_of_copy_task_runs_only(monkeyp
 def test_a_local_folder_named_like_a_synthetic_task_is_a_corpus_and_a_flag_without_value_is_the_parsers(
     tmp_path, monkeypatch, capsys
 ):
-    from modeling.arguments import DataArguments, defaults_file
+    from modeling.training.arguments import DataArguments, defaults_file
 
     monkeypatch.chdir(tmp_path)
     assert defaults_file(["--dataset_name", "copy"], DEFAULT_CONFIG) == DEFAULT_CONFIG
@@ -550,8 +550,8 @@ def test_resumed_epoch_keeps_its_batch_order_under_several_processes():
     from accelerate.data_loader import BatchSamplerShard, SkipBatchSampler
     from transformers import TrainerState
 
-    from modeling.batching import TokenBudgetBatchSampler
-    from modeling.trainer import _SetSamplerEpoch
+    from modeling.data.batching import TokenBudgetBatchSampler
+    from modeling.training.callbacks import _SetSamplerEpoch
 
     lengths = [3 + i % 9 for i in range(120)]
     sampler = TokenBudgetBatchSampler(lengths, lengths, 40, num_replicas=2, rank=None, seed=3)
@@ -863,12 +863,12 @@ def test_training_data_without_text_is_named_as_such(tmp_path):
 
 @pytest.mark.parametrize("extra", [["--attention_heads", "7"], ["--vocab_size", "10"], ["--dropout", "1.5"]])
 def test_model_arguments_are_checked_before_the_corpus_is_loaded(tmp_path, monkeypatch, extra):
-    import modeling.training
+    import modeling.training.run
 
     def load_corpus(data_args):
         raise AssertionError("the corpus was loaded before the arguments were checked")
 
-    monkeypatch.setattr(modeling.training, "load_corpus", load_corpus)
+    monkeypatch.setattr(modeling.training.run, "load_corpus", load_corpus)
     with pytest.raises(ConfigurationError, match=f"^{extra[0]} {extra[1]}"):
         run_in_process(tmp_path / "out", *extra)
 

@@ -1,4 +1,4 @@
-"""scripts/translate.py and `modeling.translation`: a saved model folder translates through the Auto classes, in
+"""scripts/translate.py and `modeling.inference.translation`: a saved model folder translates through the Auto classes, in
 length-sorted batches whose output equals one-by-one translation, and bad arguments fail before the model loads."""
 
 import io
@@ -16,10 +16,10 @@ import pytest
 import torch
 from launch_helpers import assert_one_line_error
 
-import modeling.ctranslate2_export  # noqa: F401  (bound to `modeling.translation` before tests patch it)
+import modeling.inference.ctranslate2_export  # noqa: F401  (bound to `modeling.inference.translation` before tests patch it)
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling.inference.translation import length_sorted_batches, load_translation_model, translate
 from modeling.tokenization import train_tokenizer
-from modeling.translation import length_sorted_batches, load_translation_model, translate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRANSLATE_SCRIPT = REPO_ROOT / "scripts" / "translate.py"
@@ -178,7 +178,7 @@ def test_a_line_longer_than_the_positions_is_truncated_with_a_warning_naming_it(
     model, tokenizer = loaded
     long_line = " ".join(str(i % 10) for i in range(40))  # 40 digit tokens + </s> > 32 positions
     texts = ["1 2", "", long_line]
-    with caplog.at_level(logging.WARNING, logger="modeling.translation"):
+    with caplog.at_level(logging.WARNING, logger="modeling.inference.translation"):
         translations = translate(texts, model, tokenizer, num_beams=1, max_new_tokens=5)
     warnings = [record.getMessage() for record in caplog.records]
     assert len(warnings) == 1 and warnings[0].startswith("line 3: 41 tokens") and "32 positions" in warnings[0]
@@ -188,7 +188,7 @@ def test_a_line_longer_than_the_positions_is_truncated_with_a_warning_naming_it(
 
 def test_max_new_tokens_beyond_the_decoder_positions_is_capped(loaded, caplog):
     model, tokenizer = loaded
-    with caplog.at_level(logging.WARNING, logger="modeling.translation"):
+    with caplog.at_level(logging.WARNING, logger="modeling.inference.translation"):
         capped = translate(SOURCES, model, tokenizer, num_beams=1, max_new_tokens=1000)
     assert "generating at most 31" in caplog.text
     assert capped == translate(SOURCES, model, tokenizer, num_beams=1, max_new_tokens=31)
@@ -281,8 +281,8 @@ def test_bad_arguments_fail_in_one_line_with_status_2_before_loading_and_write_n
     def must_not_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
 
-    monkeypatch.setattr("modeling.translation.load_translation_model", must_not_load)
-    monkeypatch.setattr("modeling.ctranslate2_export.translate_ctranslate2", must_not_load)
+    monkeypatch.setattr("modeling.inference.translation.load_translation_model", must_not_load)
+    monkeypatch.setattr("modeling.inference.translation.translate_ctranslate2", must_not_load)
     before = sorted(tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as exit_info:
         run_script(monkeypatch, folder, *argv)
@@ -339,7 +339,7 @@ def test_command_line_errors_and_warnings_in_a_subprocess(model_dir, tmp_path):
 @pytest.fixture(scope="module")
 def ct2_dir(model_dir, tmp_path_factory):
     pytest.importorskip("ctranslate2")
-    from modeling.ctranslate2_export import export_ctranslate2
+    from modeling.inference.ctranslate2_export import export_ctranslate2
 
     return export_ctranslate2(model_dir, tmp_path_factory.mktemp("ct2") / "model")
 
@@ -397,14 +397,14 @@ def test_ctranslate2_checks_before_loading(model_dir, tmp_path, monkeypatch, cap
     def must_not_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
 
-    monkeypatch.setattr("modeling.ctranslate2_export.translate_ctranslate2", must_not_load)
-    monkeypatch.setattr("modeling.ctranslate2_export.ctranslate2", None)
+    monkeypatch.setattr("modeling.inference.translation.translate_ctranslate2", must_not_load)
+    monkeypatch.setattr("modeling.inference.ctranslate2_runtime.ctranslate2", None)
     stderr = fail_in_one_line(monkeypatch, capsys, fake, "1 2", "--engine", "ctranslate2")
     assert "CTranslate2 is not installed: pip install ctranslate2" in stderr
     monkeypatch.undo()
 
     pytest.importorskip("ctranslate2")
-    monkeypatch.setattr("modeling.ctranslate2_export.translate_ctranslate2", must_not_load)
+    monkeypatch.setattr("modeling.inference.translation.translate_ctranslate2", must_not_load)
     stderr = fail_in_one_line(monkeypatch, capsys, fake, "1 2", "--engine", "ctranslate2", "--quantization", "int3")
     assert "quantization 'int3' is not a CTranslate2 compute type; use one of default, auto, int8," in stderr
     stderr = fail_in_one_line(monkeypatch, capsys, tmp_path / "nowhere", "1 2", "--engine", "ctranslate2")

@@ -217,7 +217,7 @@ left = (int(sys.argv[2]) - int(sys.argv[3])) / 3600; print(f'{min(left, limit or
     # below); a window before the last leaves out the oldest folder kept, which may be the best checkpoint kept beside
     # the newest saves.
     local saves=() kept window count skip averaged selection label="best checkpoint"
-    mapfile -t saves < <(python3 -c "import sys; from modeling.checkpoints import list_checkpoints; \
+    mapfile -t saves < <(python3 -c "import sys; from modeling.training.checkpoints import list_checkpoints; \
 print(*list_checkpoints(sys.argv[1]), sep='\n')" "$run")
     kept=${#saves[@]}
     chosen=$run seconds4=$seconds_best

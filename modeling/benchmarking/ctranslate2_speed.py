@@ -75,12 +75,8 @@ def _pytorch_hypotheses(sequences: torch.Tensor, eos_token_id: int) -> list[list
 
 
 def benchmark_ctranslate2(size: str, settings: BenchmarkSettings, lengths: PairLengths) -> dict:
-    from ..ctranslate2_export import (
-        AnnotatedTransformerConverter,
-        ctranslate2_generate,
-        load_ctranslate2_translator,
-        require_ctranslate2,
-    )
+    from ..inference.ctranslate2_export import AnnotatedTransformerConverter
+    from ..inference.ctranslate2_runtime import ctranslate2_generate, load_ctranslate2_translator, require_ctranslate2
 
     require_ctranslate2()
     device = torch.device(settings.device)

@@ -7,7 +7,7 @@ has 12.4-13.0), target lengths correlated with the source; an 8000-token BPE mak
 `vocab_size`) is trained on the first 50,000 pairs (not part of the pipeline's time: training uses a given
 tokenizer here).
 
-- pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.setup_training` runs, each timed:
+- pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.run.setup_training` runs, each timed:
   load (`load_parallel_corpus` + the tokenizer), prepare (`prepare_pairs`: tokenize once, then drop empty pairs and
   pairs over `max_length` tokens), index (`token_lengths` + `TokenBudgetBatchSampler`).
   Peak RSS (`MemoryWatch`: reset after the imports) is also read after each stage (the stage that raises it is
@@ -39,8 +39,8 @@ import datasets
 import numpy as np
 import torch
 
-from ..batching import TokenBudgetBatchSampler, token_lengths
-from ..data import load_parallel_corpus, prepare_pairs
+from ..data.batching import TokenBudgetBatchSampler, token_lengths
+from ..data.corpus import load_parallel_corpus, prepare_pairs
 from ..tokenization import load_tokenizers, read_lines, train_tokenizer
 from . import measure
 from .models import SIZES

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..batching import TokenBudgetBatchSampler, pad_length, token_lengths
-from ..data import load_parallel_corpus, prepare_pairs
+from ..data.batching import TokenBudgetBatchSampler, pad_length, token_lengths
+from ..data.corpus import load_parallel_corpus, prepare_pairs
 from ..modeling_annotated_transformer import shift_tokens_right
 from ..tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
 
@@ -57,7 +57,7 @@ def synthetic_lengths(num_pairs: int = MULTI30K_TRAIN_PAIRS, seed: int = 0) -> P
 def corpus_lengths(
     data_dir: str | Path, source_lang: str, target_lang: str, vocab_size: int, max_length: int
 ) -> PairLengths:
-    """Token lengths of a corpus's training split, tokenized as `modeling.training` does it."""
+    """Token lengths of a corpus's training split, tokenized as `modeling.training.run` does it."""
     corpus = load_parallel_corpus(data_dir, source_lang, target_lang, splits=["train"])
     tokenizer = train_tokenizer(dataset_texts(corpus["train"]), vocab_size=vocab_size)
     _, tokenized, report = prepare_pairs(corpus, tokenizer, max_length=max_length)

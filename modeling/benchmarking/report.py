@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ..file_writes import replace_text
+from ..common.file_writes import replace_text
 
 MIB = 2**20
 

@@ -17,7 +17,7 @@ import datasets
 import torch
 import transformers
 
-from ..hardware import device_name
+from ..common.hardware import device_name
 from .ctranslate2_speed import benchmark_ctranslate2
 from .data_speed import benchmark_data
 from .generation_speed import benchmark_generation

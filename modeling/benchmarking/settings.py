@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..command_line import check_output_file
+from ..common.command_line import check_output_file
 from .lengths import FIRST_ORDINARY_ID
 from .measure import DTYPES
 from .models import SIZES

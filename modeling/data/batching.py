@@ -50,7 +50,7 @@ def batch_cost(num_sentences: int, max_source: int, max_target: int, token_count
 
 def token_lengths(dataset, source_column: str = "input_ids", target_column: str = "labels"):
     """(source_lengths, target_lengths) as int64 arrays, read from the token lists of a tokenized `datasets.Dataset`
-    (as `modeling.data.tokenize_pairs` makes) without decoding the rows into Python."""
+    (as `modeling.data.corpus.tokenize_pairs` makes) without decoding the rows into Python."""
     import pyarrow.compute as pc
 
     for column in (source_column, target_column):

@@ -17,10 +17,10 @@ from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .checkpoints import TRAINING_STATE_FILES, TRAINING_STATE_PREFIXES
+from ..common.run_folders import TRAINING_STATE_FILES, TRAINING_STATE_PREFIXES
+from ..weight_files import weights_problem
 from .model_card import MODEL_CARD_NAME, load_card, renamed_card
 from .translation import check_model_folder
-from .weight_files import weights_problem
 
 # Intermediate checkpoints and the state that resumes a run (optimizer, scheduler, RNG: pickles) stay local; files
 # starting with "_" are scratch; hidden files (".env", ".netrc", ...) are never part of a model.

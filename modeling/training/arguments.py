@@ -31,12 +31,12 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments, Trainer, ge
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
-from .command_line import OneLineErrorParser
-from .configuration_annotated_transformer import INIT_SCHEMES, PRESETS, AnnotatedTransformerConfig
-from .data import SYNTHETIC_TASKS, is_synthetic_task
-from .evaluation import METRIC_NAMES
+from ..common.command_line import OneLineErrorParser
+from ..configuration_annotated_transformer import INIT_SCHEMES, PRESETS, AnnotatedTransformerConfig
+from ..data.corpus import SYNTHETIC_TASKS, is_synthetic_task
+from ..inference.evaluation import METRIC_NAMES
+from ..tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
 from .schedule import NOAM
-from .tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from .configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
-from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from ..configuration_annotated_transformer import PRESETS, AnnotatedTransformerConfig
+from ..modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 
 
 def count_parameters(config: AnnotatedTransformerConfig) -> int:

@@ -1,7 +1,7 @@
 """Translation metrics: `corpus_scores` for any hypotheses, `compute_metrics` for `Seq2SeqTrainer` (with
 `predict_with_generate=True`), and `evaluate_model` for a saved model on a test set (scripts/evaluate.py).
 
-sacreBLEU and chrF are computed by the local `evaluate` modules in `modeling/metrics/` on detokenized text,
+sacreBLEU and chrF are computed by the local `evaluate` modules in `modeling/inference/metrics/` on detokenized text,
 against the raw reference strings (not the references decoded back from token ids), plus exact match.
 
 Under multi-process evaluation `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .command_line import check_output_file, same_file, write_lines
-from .data import canonical_split_names, find_text_pairs, load_parallel_corpus
+from ..common.command_line import check_output_file, same_file, write_lines
+from ..data.corpus import canonical_split_names, find_text_pairs, load_parallel_corpus
+from ..tokenization import read_lines
 from .metrics import load_metric
-from .tokenization import read_lines
 from .translation import load_translation_model, single_line, translate
 
 HYPOTHESES_FILE, RESULTS_FILE = "hypotheses.txt", "results.json"
@@ -182,7 +182,7 @@ def read_test_set_files(source_file: str | os.PathLike, reference_file: str | os
 def read_test_set_split(
     data_dir: str | os.PathLike, split: str = "test", source_lang: str | None = None, target_lang: str | None = None
 ) -> EvaluationSet:
-    """One split of `modeling.data.load_parallel_corpus(data_dir, source_lang, target_lang)`, by its name there
+    """One split of `modeling.data.corpus.load_parallel_corpus(data_dir, source_lang, target_lang)`, by its name there
     (train, validation, test) or by its file name (Multi30k's `test_2016_flickr` is the corpus's `test`)."""
     corpus = load_parallel_corpus(data_dir, source_lang, target_lang)
     resolved = split
@@ -278,7 +278,7 @@ def evaluate_model(
     device: str | None = None,
     progress: bool = False,
 ) -> dict:
-    """Translate the test set's sources with the model folder (see `modeling.translation.translate` for the
+    """Translate the test set's sources with the model folder (see `modeling.inference.translation.translate` for the
     options), score against its references (`corpus_scores`, lowercased BLEU included) and write
     `output_dir/hypotheses.txt` (one line per source line) and `output_dir/results.json`. Returns the results:
     scores, signatures, model, test set, beam size, number of sentences and the seconds spent translating."""

@@ -6,10 +6,10 @@ A self-contained check of the model alone (no tokenizer, no data files, no Train
 
 import torch
 
-from .configuration_annotated_transformer import AnnotatedTransformerConfig
-from .modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from ..configuration_annotated_transformer import AnnotatedTransformerConfig
+from ..modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from ..tokenization import SPECIAL_TOKENS
 from .schedule import get_noam_schedule
-from .tokenization import SPECIAL_TOKENS
 
 FIRST_SYMBOL = len(SPECIAL_TOKENS)  # ids 0-3 are <pad> <s> </s> <unk>, as the tokenizer numbers them
 

@@ -2,7 +2,7 @@
 
 `translate` tokenizes every sentence once, sorts by source length, packs batches under a sentence cap
 (`batch_size`) and/or a cap on padded source tokens (`max_tokens`, fairseq's `--max-tokens`) with the training
-sampler (`modeling.batching.TokenBudgetBatchSampler`), and returns the translations in input order. Sorting only
+sampler (`modeling.data.batching.TokenBudgetBatchSampler`), and returns the translations in input order. Sorting only
 cuts padding: with attention masks the result equals translating one sentence at a time.
 
 `translate_with_ctranslate2` keeps the same contract for a CTranslate2 export (`scripts/export_ctranslate2.py`).
@@ -24,9 +24,10 @@ from huggingface_hub.errors import StrictDataclassError
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-from .batching import TokenBudgetBatchSampler
-from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR, load_target_tokenizer
-from .weight_files import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from ..data.batching import TokenBudgetBatchSampler
+from ..pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR, load_target_tokenizer
+from ..weight_files import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from .ctranslate2_runtime import CTRANSLATE2_MODEL_FILE, require_ctranslate2, translate_ctranslate2
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ DEFAULT_BATCH_SIZE = 32  # sentences per batch when neither batch_size nor max_t
 WEIGHTS_FILES = (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # one file, or the index of shards
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-CTRANSLATE2_MODEL_FILE = "model.bin"
 
 # generate()'s settings a saved generation_config.json may hold whose type transformers does not check on loading (a
 # string or fraction there ends deep in generate() as a bare TypeError, or is used as it is)
@@ -334,7 +334,6 @@ def translate(
 def check_compute_type(compute_type: str) -> None:
     """Raise ValueError unless `compute_type` names a CTranslate2 compute type (ImportError, with the pip command,
     without CTranslate2). Whether the device supports it is known only when the model loads."""
-    from .ctranslate2_export import require_ctranslate2  # here: that module imports this one
 
     require_ctranslate2()
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
@@ -356,14 +355,13 @@ def translate_with_ctranslate2(
     device: str | None = None,
     compute_type: str = "default",
 ) -> list[str]:
-    """`translate` with the CTranslate2 export in `model_dir` (see `modeling.ctranslate2_export`): one single-line
+    """`translate` with the CTranslate2 export in `model_dir` (see `modeling.inference.ctranslate2_export`): one single-line
     string per text, in input order; whitespace-only texts give "". Defaults come from the folder's generation config;
     `batch_size` caps sentences per batch (CTranslate2 sorts them by length), default DEFAULT_BATCH_SIZE;
     `compute_type` is CTranslate2's (default: the stored weights' type; int8, float16, ...).
 
     Unlike `translate`, a text longer than the model's positions is an error (the export keeps no position count
     to truncate to), naming its line; CTranslate2's other RuntimeErrors come back as ValueErrors."""
-    from .ctranslate2_export import translate_ctranslate2  # here: that module imports this one
 
     _check_at_least_one(num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size)
     try:

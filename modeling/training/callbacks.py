@@ -1,51 +1,25 @@
-"""`Seq2SeqTrainer` with the paper's training choices: the Noam schedule (§5.3) and token-budget batches (§5.1).
-
-Everything else (optimizer, DDP/FSDP through accelerate, mixed precision, gradient accumulation, checkpoints,
-resume, evaluation with `generate`, logging) is the Trainer's own. Its arguments are `TransformerTrainingArguments`
-(in `modeling.arguments`).
-"""
+"""The training run's callbacks: the sampler's epoch (`_SetSamplerEpoch`), the records every checkpoint keeps and a
+resumed run goes on from (`TrainingClock`, `CheckpointSchedule`, `EpochBatches`, `LaunchHistory`) and the stop-time
+limit (`StopTime`)."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import hashlib
 import json
 import math
 import os
-import random
 import time
-from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader
-from transformers import Seq2SeqTrainer, TrainerCallback
+from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, SaveStrategy, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, SaveStrategy
 
+from ..common.file_writes import replace_text
+from ..data.batching import TokenBudgetBatchSampler, token_lengths
 from .arguments import TransformerTrainingArguments
-from .batching import TokenBudgetBatchSampler, token_lengths
 from .checkpoints import TRAINER_STATE_NAME, callback_record, json_object
-from .file_writes import replace_text
-from .schedule import NOAM, get_noam_schedule
-
-
-def token_budget_sampler(dataset, args: TransformerTrainingArguments) -> TokenBudgetBatchSampler:
-    """The training batches of every process under `args.max_tokens` (accelerate hands batch i to process
-    i % num_processes). Raises ValueError when a pair alone exceeds the budget."""
-    source_lengths, target_lengths = token_lengths(dataset)
-    return TokenBudgetBatchSampler(
-        source_lengths,
-        target_lengths,
-        args.max_tokens,
-        shuffle=True,
-        seed=args.data_seed if args.data_seed is not None else args.seed,
-        num_replicas=args.world_size,
-        rank=None,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-    )
 
 
 class _SetSamplerEpoch(TrainerCallback):
@@ -293,152 +267,12 @@ class LaunchHistory(RecordedInCheckpoints):
         return {"args": {"launches": self.launches, "complete": self.complete}, "attributes": {}}
 
 
-@contextlib.contextmanager
-def random_states_kept():
-    """Within: draw from Python's, numpy's, torch's CPU and the current CUDA device's global generators as you like;
-    on exit each is back where it was. Evaluation runs inside, so it never changes training's random stream: not
-    the draw every DataLoader iteration makes for its workers' seeds, nor a draw only a process's first evaluation
-    makes (a lazily loaded metric, a one-time probe), which a resumed process would make at another step than the
-    uninterrupted run, and training with or without evaluation, or evaluating more often, gives the same weights."""
-    python_state, numpy_state = random.getstate(), np.random.get_state()
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=devices):
-        try:
-            yield
-        finally:
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the message names the optimizer step."""
-
-
-class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler == "noam"` and, when `args.max_tokens`
-    is set, batches the training set by token budget with `TokenBudgetBatchSampler`."""
-
-    args: TransformerTrainingArguments
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        base = getattr(self.accelerator.unwrap_model(self.model), "model", None)
-        if self.is_fsdp_enabled and hasattr(base, "embed_with_the_shared_module"):
-            base.embed_with_the_shared_module()  # one module holds the tied embedding matrix: FSDP2 shards it once
-
-    @property
-    def precision(self) -> str:
-        """What the training steps compute in, as accelerate set it up (--bf16/--fp16 or accelerate's config)."""
-        return {"no": "fp32"}.get(self.accelerator.mixed_precision, self.accelerator.mixed_precision)
-
-    @property
-    def run_description(self) -> str:
-        """How this run computes, e.g. "2 process(es) on cpu (MULTI_CPU, fp32, 1 thread(s))"."""
-        details = [self.accelerator.distributed_type.value, self.precision]
-        if self.args.use_cpu:
-            details.append(f"{torch.get_num_threads()} thread(s)")
-        return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
-
-    def _load_callback_state(self) -> None:
-        # --restore_callback_states_from_checkpoint rebuilds every recorded callback from its checkpoint's record
-        # (`type(callback)(**args)`, unchecked); ours were built from it already (`from_checkpoint`, which checks the
-        # record), the launch history with this launch added, so the Trainer does not see their records
-        names = {type(callback).__name__ for callback in self.callback_handler.callbacks
-                 if isinstance(callback, RecordedInCheckpoints)}
-        records = {name: self.state.stateful_callbacks.pop(name) for name in names
-                   if name in self.state.stateful_callbacks}
-        try:
-            super()._load_callback_state()
-        finally:
-            self.state.stateful_callbacks.update(records)
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """One forward/backward; a NaN or infinite loss stops the run before the optimizer applies its gradients, so
-        no checkpoint ever holds NaN weights. (The Trainer itself reads each step's loss too, for its NaN filter.)"""
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(
-                f"the training loss is {loss.item()} at optimizer step {self.state.global_step + 1}: training stopped "
-                "before that update, so the saved checkpoints hold finite weights; lower --learning_rate, raise "
-                "--warmup_steps or train in fp32, then resume with --resume_from_checkpoint last"
-            )
-        return loss
-
-    def evaluate(self, *args, **kwargs):
-        """The Trainer's evaluation, leaving every global random generator as it found it (`random_states_kept`)."""
-        with random_states_kept():
-            return super().evaluate(*args, **kwargs)
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        """Seq2SeqTrainer's step, without its side effect on the model: it fills every unset generation setting
-        with a default (max_length 20, ...), which the next save would write, and a saved max_length makes every
-        later `generate(max_new_tokens=...)` warn that both are set."""
-        generation_config = copy.deepcopy(self.model.generation_config)
-        try:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
-        finally:
-            self.model.generation_config = generation_config
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if getattr(self.args, "lr_scheduler", None) != NOAM:
-            return super().create_scheduler(num_training_steps, optimizer)
-        if self.lr_scheduler is None:
-            warmup_steps = self.args.get_warmup_steps(num_training_steps)
-            self.lr_scheduler = get_noam_schedule(
-                optimizer if optimizer is not None else self.optimizer,
-                d_model=self.accelerator.unwrap_model(self.model).config.d_model,
-                warmup_steps=warmup_steps,
-            )
-            self._created_lr_scheduler = True
-        return self.lr_scheduler
-
-    def get_total_train_batch_size(self, args) -> int:
-        """Pairs per optimizer step, for the Trainer's samples/s: under --max_tokens a batch holds the pairs that fit
-        the budget (their mean over an epoch's batches), not --per_device_train_batch_size."""
-        sampler = getattr(self, "_token_budget_sampler", None)  # set by get_train_dataloader, which runs first
-        if getattr(args, "max_tokens", None) is None or sampler is None:
-            return super().get_total_train_batch_size(args)
-        pairs_per_batch = len(sampler.padded_source_lengths) / len(sampler.batches)
-        return max(1, round(pairs_per_batch * args.gradient_accumulation_steps * args.world_size))
-
-    def get_train_dataloader(self) -> DataLoader:
-        if getattr(self.args, "max_tokens", None) is None:
-            return super().get_train_dataloader()
-        if self.train_dataset is None:
-            raise ValueError("Trainer: training requires a train_dataset.")
-        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = self._token_budget_sampler = token_budget_sampler(dataset, self.args)
-        for callback in self.callback_handler.callbacks:
-            if isinstance(callback, _SetSamplerEpoch):
-                callback.sampler = sampler
-                break
-        else:
-            self.add_callback(_SetSamplerEpoch(sampler))
-        dataloader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0,
-            prefetch_factor=self.args.dataloader_prefetch_factor,
-            worker_init_fn=partial(
-                seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
-            ),
-        )
-        # accelerate wraps the batch sampler in `BatchSamplerShard`: batch i goes to process i % num_processes,
-        # and the sampler made the batch count a multiple of the number of processes, so none is duplicated.
-        return self.accelerator.prepare(dataloader)
-
-
 __all__ = [
     "CheckpointSchedule",
     "EpochBatches",
     "LaunchHistory",
-    "NonFiniteLossError",
+    "RecordedInCheckpoints",
     "StopTime",
     "TrainingClock",
-    "TransformerSeq2SeqTrainer",
-    "random_states_kept",
-    "token_budget_sampler",
+    "first_process_flag",
 ]

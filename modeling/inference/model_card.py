@@ -1,4 +1,4 @@
-"""The model card (`README.md` of a trained model folder), rendered from the template `modeling/model_card.md`.
+"""The model card (`README.md` of a trained model folder), rendered from the template `modeling/inference/model_card.md`.
 
 The template is Jinja2 (as `huggingface_hub.ModelCard.from_template` uses) rendered strictly: a field missing from
 the context is an error, not an empty string. The metadata header comes from `huggingface_hub.ModelCardData`, so
@@ -21,9 +21,8 @@ import jinja2
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .file_writes import replace_text, writing_pattern
-from .hardware import device_name
-from .schedule import NOAM
+from ..common.file_writes import replace_text, writing_pattern
+from ..common.hardware import device_name
 
 logger = logging.getLogger(__name__)
 
@@ -159,10 +158,11 @@ def usage_example(model_id: str, source: str) -> dict[str, str]:
 
 def model_card_context(
     trainer, model_args, data_args, training_args, corpus, filter_report, results, signatures, *, config_path,
-    command, training_seconds: float | None = None,
+    command, schedule: str, training_seconds: float | None = None,
 ) -> dict:
     """Every field `model_card.md` uses, from a finished training run: the architecture and hyperparameters as
-    trained (with the hardware and `training_seconds`, across resumptions), the data and its filtering, the
+    trained (with the hardware and `training_seconds`, across resumptions), the learning-rate `schedule` as the
+    training side describes it (`modeling.training.schedule.schedule_description`), the data and its filtering, the
     results with their sacreBLEU signatures, and the exact command."""
     config = trainer.model.config
     output_dir = Path(training_args.output_dir)
@@ -191,15 +191,6 @@ def model_card_context(
         ("vocabulary", config.vocab_size),
         ("parameters", f"{parameters:,}"),
     ]
-    warmup = training_args.get_warmup_steps(trainer.state.max_steps)  # a fraction of the steps, or a count
-    if training_args.lr_scheduler == NOAM:
-        schedule = (
-            f"Noam (§5.3): {training_args.learning_rate} * d_model^-0.5 * min(step^-0.5, step * {warmup}^-1.5)"
-        )
-    elif training_args.lr_scheduler in ("constant", "reduce_lr_on_plateau"):  # transformers' without a warm-up
-        schedule = f"{training_args.lr_scheduler}, {training_args.learning_rate}"
-    else:
-        schedule = f"{training_args.lr_scheduler}, peak {training_args.learning_rate}, warm-up {warmup} steps"
     optimizer = str(getattr(training_args.optim, "value", training_args.optim))
     optimizer = (
         f"Adam ({optimizer}), beta1 {training_args.adam_beta1}, beta2 {training_args.adam_beta2}, epsilon "
@@ -329,7 +320,7 @@ def check_card_writable(model_dir: str | os.PathLike) -> None:
 
 
 def record_evaluation(model_dir: str | os.PathLike, results: Mapping, command: str) -> Path | None:
-    """Write one evaluation (`modeling.evaluation.evaluate_model`'s results) into the model folder's card
+    """Write one evaluation (`modeling.inference.evaluation.evaluate_model`'s results) into the model folder's card
     (README.md) as a section `## Evaluation: <test set>, beam <n>`: scores, signatures, the command. The section of
     an earlier evaluation with the same test set and beam is replaced, in the text and in the card's Hub metadata (its
     `model-index`); a folder without a card (an average of an unfinished run's checkpoints) gets one that starts with
@@ -421,7 +412,7 @@ def renamed_card(card: ModelCard, name: str, model_id: str) -> ModelCard:
 def averaged_model_card(
     run_dir: str | os.PathLike, output_dir: str | os.PathLike, checkpoints: Sequence[str | os.PathLike]
 ) -> Path | None:
-    """Give an averaged model (`modeling.checkpoints.average_checkpoints`) the card of the run its checkpoints come
+    """Give an averaged model (`modeling.training.checkpoints.average_checkpoints`) the card of the run its checkpoints come
     from, as `output_dir/README.md`: the metadata, architecture, training (hardware and time), data and command stay;
     the name and the "How to use" id become the averaged folder's; the run's results and evaluations, which were its
     final model's, give way to a line naming the averaged checkpoints (`scripts/evaluate.py` then adds this model's

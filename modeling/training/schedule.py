@@ -42,4 +42,13 @@ def get_noam_schedule(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier, last_epoch=last_epoch)
 
 
-__all__ = ["NOAM", "noam_learning_rate", "get_noam_schedule"]
+def schedule_description(lr_scheduler: str, learning_rate: float, warmup_steps: int) -> str:
+    """The learning-rate schedule in one line, as a model card states it."""
+    if lr_scheduler == NOAM:
+        return f"Noam (§5.3): {learning_rate} * d_model^-0.5 * min(step^-0.5, step * {warmup_steps}^-1.5)"
+    if lr_scheduler in ("constant", "reduce_lr_on_plateau"):  # transformers' without a warm-up
+        return f"{lr_scheduler}, {learning_rate}"
+    return f"{lr_scheduler}, peak {learning_rate}, warm-up {warmup_steps} steps"
+
+
+__all__ = ["NOAM", "get_noam_schedule", "noam_learning_rate", "schedule_description"]

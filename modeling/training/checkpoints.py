@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import zipfile
 from collections.abc import Sequence
@@ -21,10 +20,19 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .model_card import MODEL_CARD_NAME, averaged_model_card
-from .pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
-from .tokenization import load_tokenizers, same_vocabulary
-from .weight_files import (
+from ..common.run_folders import (
+    CHECKPOINT_PATTERN,
+    TRAINER_STATE_NAME,
+    TRAINING_STATE_FILES,
+    TRAINING_STATE_PREFIXES,
+    checkpoint_step,
+    list_checkpoints,
+    refuse_output_in_checkpoint,
+)
+from ..inference.model_card import MODEL_CARD_NAME, averaged_model_card
+from ..pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
+from ..tokenization import load_tokenizers, same_vocabulary
+from ..weight_files import (
     CHECKSUMS_NAME,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
@@ -33,14 +41,7 @@ from .weight_files import (
     write_checksums,
 )
 
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 AVERAGED_FROM_NAME = "averaged_from.json"  # an averaged model's provenance: the checkpoints it averages
-TRAINER_STATE_NAME = "trainer_state.json"
-# Training state that belongs to one checkpoint only (the Trainer's; under FSDP also accelerate's optimizer.bin and
-# pytorch_model_fsdp.bin, or folders optimizer_0/ and pytorch_model_fsdp_0/): not copied into an averaged model, not
-# uploaded to the Hub.
-TRAINING_STATE_FILES = (TRAINER_STATE_NAME, "training_args.bin")
-TRAINING_STATE_PREFIXES = ("optimizer", "scheduler", "scaler", "rng_state", "pytorch_model_fsdp")
 # The states every Trainer checkpoint holds (file-name prefix, the single-process file, what it is); with several
 # processes rng_state_<rank>.pth, under FSDP optimizer.bin or optimizer_0/.
 RESUMED_STATES = (
@@ -56,12 +57,7 @@ ARCHITECTURE_FIELDS = (
 )
 
 
-def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
-    """The `checkpoint-<step>` folders in `directory`, oldest (lowest step) first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory} is not a directory of checkpoints")
-    return sorted((path for path in directory.iterdir() if CHECKPOINT_PATTERN.match(path.name)), key=checkpoint_step)
+
 
 
 def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
@@ -94,20 +90,7 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
     return chosen
 
 
-def refuse_output_in_checkpoint(output_dir: str | os.PathLike) -> None:
-    """ValueError where `output_dir` is inside (or is) a Trainer checkpoint of a run, a `checkpoint-<step>` folder
-    holding a trainer state or beside other checkpoints: the Trainer deletes such folders, with whatever else they
-    hold, when it rotates the run's checkpoints (save_total_limit). A model folder that is merely named so is not."""
-    resolved = Path(output_dir).resolve()
-    for folder in (resolved, *resolved.parents):
-        if CHECKPOINT_PATTERN.match(folder.name) and (
-            (folder / TRAINER_STATE_NAME).is_file()
-            or (folder.parent.is_dir() and len(list_checkpoints(folder.parent)) > 1)
-        ):
-            raise ValueError(
-                f"the output directory {output_dir} is inside the checkpoint {folder}, which the Trainer deletes, with "
-                "all it holds, when it rotates the run's checkpoints (save_total_limit); choose a folder outside it"
-            )
+
 
 
 def callback_record(state: dict, name: str) -> dict:
@@ -151,11 +134,6 @@ def saved_between(earlier: Path, later: Path) -> bool | None:
             return None
         return math.floor(epochs[0]) + 1 < epochs[1]
     return None
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """The optimizer step of a `checkpoint-<step>` folder."""
-    return int(CHECKPOINT_PATTERN.match(checkpoint.name).group(1))
 
 
 def kept_best_checkpoint(checkpoint: Path) -> str | None:

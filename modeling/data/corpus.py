@@ -42,9 +42,9 @@ from datasets.data_files import DataFilesDict, DataFilesList
 from datasets.exceptions import DatasetGenerationError
 from datasets.features import Json
 
+from ..tokenization import read_lines
+from ..weight_files import sha256
 from .batching import token_lengths
-from .tokenization import read_lines
-from .weight_files import sha256
 
 logger = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ def _token_ids_function(tokenizer):
     ids about 1.5x faster, which is most of the time to prepare a WMT-size corpus. Subclasses may add their own
     processing, so they keep the full call."""
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast  # local: keep `import modeling.data` light
+    from transformers import PreTrainedTokenizerFast  # local: keep `import modeling.data.corpus` light
 
     if type(tokenizer) is PreTrainedTokenizerFast and hasattr(tokenizer.backend_tokenizer, "encode_batch_fast"):
         backend = tokenizer.backend_tokenizer

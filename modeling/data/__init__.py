@@ -1,0 +1,3 @@
+"""Text to batches: parallel corpora read from files or through `datasets`, filtered and tokenized (`corpus`), and
+the token-budget batches of §5.1 (`batching`). Used by training, by evaluation and translation, and by the
+benchmark; imports only the package's root (the tokenizer)."""

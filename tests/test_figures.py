@@ -1,0 +1,132 @@
+"""Every figure in README.md, docs/*.md and model_card.md is what the JSON in benchmarks/ renders, and the check that
+says so fails on a stale table, an unknown table, a broken marker and a missing benchmarks JSON named in a document."""
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from modeling.benchmarking.figures import (
+    REPOSITORY,
+    TABLES,
+    check_documents,
+    check_text,
+    documents,
+    find_blocks,
+    render_table,
+    update_documents,
+)
+
+RENDER_FIGURES = REPOSITORY / "scripts" / "render_figures.py"
+
+
+@pytest.fixture(scope="module")
+def render_figures():
+    """scripts/render_figures.py as a module (its main() takes argv and returns the exit status)."""
+    spec = importlib.util.spec_from_file_location("render_figures", RENDER_FIGURES)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def copy(tmp_path) -> Path:
+    """A copy of docs/results.md, model_card.md and the benchmark JSON, to break."""
+    shutil.copytree(REPOSITORY / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("device"))
+    (tmp_path / "docs").mkdir()
+    for name in ("docs/results.md", "model_card.md"):
+        shutil.copy(REPOSITORY / name, tmp_path / name)
+    return tmp_path
+
+
+def test_every_block_is_what_its_json_renders():
+    with_blocks = [path.relative_to(REPOSITORY).as_posix() for path in documents(REPOSITORY)
+                   if find_blocks(path.read_text(encoding="utf-8"))[0]]
+    assert {"docs/results.md", "docs/performance.md", "model_card.md"} <= set(with_blocks)
+    assert check_documents(REPOSITORY) == []  # model_card.md as a whole too: template, config and JSON
+
+
+def test_every_table_renders_and_states_its_hardware():
+    for name in TABLES:
+        rendered = render_table(name)
+        assert "| --- |" in rendered, name
+        assert "Hardware: " in rendered or "| hardware |" in rendered, f"{name} names no hardware"
+        assert re.search(r"(torch|transformers) \d", rendered), f"{name} names no versions"
+
+
+def test_an_edited_table_fails_the_check_naming_its_block(copy, render_figures, capsys):
+    results = copy / "docs" / "results.md"
+    text = results.read_text(encoding="utf-8")
+    block = next(block for block in find_blocks(text)[0] if block.name == "recipes")
+    content = block.content(text)
+    edited = content.replace("41.52", "41.53", 1)
+    assert edited != content
+    results.write_text(text[:block.start] + edited + text[block.end:], encoding="utf-8")
+
+    assert check_documents(copy, model_card=False) == [
+        f"docs/results.md: line {block.line}: block 'recipes' is stale: it differs from what its JSON renders "
+        "(python scripts/render_figures.py rewrites it)"
+    ]
+    assert render_figures.main(["--check", "--no_model_card", "--root", str(copy)]) == 1
+    assert "block 'recipes' is stale" in capsys.readouterr().err
+
+    assert render_figures.main(["--no_model_card", "--root", str(copy)]) == 0  # rewrites the block
+    assert results.read_text(encoding="utf-8") == text
+    assert check_documents(copy, model_card=False) == []
+
+
+def test_a_changed_json_makes_its_blocks_stale(copy):
+    recipes = copy / "benchmarks" / "results-recipes-cpu.json"
+    recipes.write_text(recipes.read_text(encoding="utf-8").replace('"bleu": 41.52', '"bleu": 41.62'), encoding="utf-8")
+    stale = {re.search(r"block '([^']+)'", problem)[1] for problem in check_documents(copy, model_card=False)}
+    assert {"recipes", "model-card"} <= stale
+    changed, problems = update_documents(copy, model_card=False)
+    assert problems == [] and copy / "docs" / "results.md" in changed
+    assert "41.62" in (copy / "docs" / "results.md").read_text(encoding="utf-8")
+
+
+def test_a_document_naming_a_missing_benchmark_json_fails(copy):
+    (copy / "docs" / "notes.md").write_text(
+        "The runs: [JSON](../benchmarks/results-recipes-cpu.json), and `benchmarks/results-gone.json`.\n",
+        encoding="utf-8",
+    )
+    assert check_documents(copy, model_card=False) == [
+        "docs/notes.md: names benchmarks/results-gone.json, which does not exist"
+    ]
+    assert update_documents(copy, model_card=False)[1] == [
+        "docs/notes.md: names benchmarks/results-gone.json, which does not exist"
+    ]
+
+
+def test_an_unknown_block_name_fails(copy, render_figures, capsys):
+    notes = copy / "docs" / "notes.md"
+    text = "# Notes\n\n<!-- figures: no-such-table -->\nkept\n<!-- /figures -->\n"
+    notes.write_text(text, encoding="utf-8")
+    (problem,) = check_documents(copy, model_card=False)
+    assert problem.startswith("docs/notes.md: line 3: block 'no-such-table': unknown figures table 'no-such-table'")
+    assert render_figures.main(["--no_model_card", "--root", str(copy)]) == 1
+    assert "unknown figures table 'no-such-table'" in capsys.readouterr().err
+    assert notes.read_text(encoding="utf-8") == text  # left as it was
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("<!-- figures: recipes -->\n| a |\n", "line 1: block 'recipes' is not closed"),
+    ("<!-- figures: recipes -->\n<!-- figures: ablations -->\n<!-- /figures -->\n",
+     "line 1: block 'recipes' is not closed before line 2 opens another"),
+    ("text\n<!-- /figures -->\n", "line 2: <!-- /figures --> closes no block"),
+    ("<!--figures: recipes-->\n<!-- /figures -->\n", "line 1: '<!--figures: recipes-->' is not a figures marker"),
+])
+def test_a_broken_marker_fails(text, problem):
+    found = check_text(text)
+    assert any(line.startswith(problem) for line in found), found
+
+
+def test_configs_state_no_scores():
+    """Scores live in benchmarks/ and the docs render them; a config's comments would go stale."""
+    score = re.compile(r"BLEU\W{0,3}(of\s+)?\d|\d(\.\d+)?\s+(\w+\s+){0,2}BLEU", re.IGNORECASE)
+    for path in sorted((REPOSITORY / "configs").glob("*.yaml")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            comment = line.partition("#")[2]
+            assert not score.search(comment), f"{path.name}:{number} states a score: {comment.strip()}"
