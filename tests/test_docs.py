@@ -16,7 +16,7 @@ def test_the_readme_is_a_front_door_of_at_most_250_lines_that_renders_on_pypi():
     assert len(README.read_text().splitlines()) <= 250
     markdown = pytest.importorskip("readme_renderer.markdown")
     html = markdown.render(README.read_text(), variant="GFM")  # as PyPI renders a text/markdown description
-    assert html is not None and html.count("<table>") >= 1 and "<h2>Results</h2>" in html
+    assert html is not None and html.count("<table>") >= 1 and re.search(r"<h2[^>]*>Results<", html)
 
 
 @pytest.mark.parametrize("page", MANUAL)
