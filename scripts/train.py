@@ -6,7 +6,11 @@ every argument; a YAML/JSON `--config` supplies defaults that command-line flags
 
 A bad argument, config file or corpus stops the run before anything is written, with one line
 `train.py: error: ...` naming it and exit status 2 (in a multi-process run, by the process that found it; the others
-end quietly); a failed Hub upload after training exits with status 1.
+end quietly); a failed Hub upload after training, a non-finite loss or a failed checkpoint save exits with status 1.
+
+A stop signal (--stop_signals: SIGTERM, SIGUSR1 and Ctrl-C by default) ends training after the step under way with
+that step's checkpoint saved and one line `train.py: stopped by SIGTERM after optimizer step N ...`, exit status 75
+(EX_TEMPFAIL: resume with --resume_from_checkpoint last); a second Ctrl-C aborts at once with status 130.
 """
 
 import sys
@@ -14,8 +18,8 @@ from pathlib import Path
 
 from modeling.inference.hub import HubUploadError
 from modeling.training.arguments import ConfigurationError, defaults_file, parse_arguments
-from modeling.training.run import RefusedByAnotherProcess, train
-from modeling.training.trainer import NonFiniteLossError
+from modeling.training.run import STOPPED_STATUS, RefusedByAnotherProcess, TrainingStopped, train
+from modeling.training.trainer import CheckpointSaveError, NonFiniteLossError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
 
@@ -39,8 +43,15 @@ def main(argv=None) -> None:
         sys.exit(0)
     except ConfigurationError as error:
         fail(error, status=2)
-    except (HubUploadError, NonFiniteLossError) as error:  # not an argument error: found while training
+    except (HubUploadError, NonFiniteLossError, CheckpointSaveError) as error:  # found while training
         fail(error, status=1)
+    except TrainingStopped as error:
+        print(f"train.py: {error}", file=sys.stderr)
+        sys.exit(STOPPED_STATUS)
+    except KeyboardInterrupt:  # a second Ctrl-C (the first stops after the step under way, with its checkpoint)
+        print("train.py: aborted by a second Ctrl-C; resume from the newest complete checkpoint with "
+              "--resume_from_checkpoint last", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 skipped when resuming, a run killed with SIGKILL resumes to the same weights as an uninterrupted one, and
 `--max_steps 0` is refused."""
 
+import errno
 import json
 import logging
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -705,6 +707,176 @@ def test_evaluation_leaves_the_training_unchanged(tmp_path):
     finished(start_training(not_evaluated, "--max_steps", "12", "--eval_strategy", "no"))
     for step in (4, 8, 12):  # the checkpoints: the run's own model is its best checkpoint where it evaluates
         assert_same_weights(evaluated / f"checkpoint-{step}", not_evaluated / f"checkpoint-{step}")
+
+
+# ---- stop signals: SIGTERM, SIGUSR1, Ctrl-C ----------------------------------------------------------------------
+
+STOP_LINE = re.compile(r"^train\.py: stopped by (SIG\w+) after optimizer step (\d+) of 24: (\S+) holds the run; "
+                       r"resume with --resume_from_checkpoint last$", flags=re.M)
+
+
+def signal_after(process: subprocess.Popen, checkpoint: Path, number: int, *, workers: bool = False) -> None:
+    """`number` to the training process (with `workers`, to the processes the launcher started, not to it) once
+    `checkpoint` is complete, in the middle of the next save interval."""
+    deadline = time.monotonic() + 600
+    while not (checkpoint / "trainer_state.json").is_file():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(0.05)
+    launcher = psutil.Process(process.pid)
+    for member in launcher.children(recursive=True) if workers else [launcher]:
+        if not workers or "train_as_on_amd.py" in " ".join(member.cmdline()):
+            member.send_signal(number)
+
+
+def stopped(process: subprocess.Popen, processes: int = 1) -> tuple[str, int]:
+    """The signal that stopped a run and its step, from its one line per process (exit status 75 for one)."""
+    stdout, stderr = process.communicate(timeout=600)
+    lines = STOP_LINE.findall(stderr)
+    assert len(lines) == processes, stderr[-3000:]
+    assert len({(name, step) for name, step, _ in lines}) == 1, lines  # every process at the same step
+    if processes == 1:
+        assert process.returncode == 75, stderr[-3000:]
+    name, step, folder = lines[0]
+    assert Path(folder).name == f"checkpoint-{step}"
+    return name, int(step)
+
+
+@pytest.fixture(scope="module")
+def straight_runs(tmp_path_factory):
+    """Uninterrupted runs, by settings, made once."""
+    made = {}
+
+    def straight(*extra: str, launcher=()) -> Path:
+        key = (tuple(extra), tuple(launcher))
+        if key not in made:
+            made[key] = tmp_path_factory.mktemp("straight") / "run"
+            finished(start_training(made[key], *extra, launcher=launcher))
+        return made[key]
+
+    return straight
+
+
+def checkpoint_names(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.glob("checkpoint-*"))
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT], ids=lambda number: number.name)
+def test_a_stop_signal_saves_its_step_and_the_resumed_run_ends_as_an_uninterrupted_one(tmp_path, straight_runs,
+                                                                                      number):
+    """Stopped between two saves, the run saves the step it finished, says so in one line, leaves the resume command
+    as its card and exits with 75; resumed, it ends with an uninterrupted run's weights and checkpoints (the stop's,
+    off the schedule, rotated nothing out and is removed once the resumed run saves)."""
+    extra = ["--save_total_limit", "3"]
+    straight, run_dir = straight_runs(*extra), tmp_path / "stopped"
+    process = start_training(run_dir, *extra)
+    signal_after(process, run_dir / "checkpoint-8", number)
+    name, step = stopped(process)
+    assert name == number.name and 8 <= step < 24
+    checkpoint = run_dir / f"checkpoint-{step}"
+    assert checkpoint_problem(checkpoint) is None  # model, optimizer, schedule, random states, trainer state
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "model.safetensors"} <= {p.name for p in checkpoint.iterdir()}
+    clock = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]["TrainingClock"]
+    assert clock["args"]["seconds_before"] > 0
+    assert not (run_dir / "model.safetensors").exists() and not (run_dir / "trainer_state.json").exists()
+    assert {"checkpoint-4", "checkpoint-8"} <= set(checkpoint_names(run_dir))  # the stop rotated nothing out
+    card = (run_dir / "README.md").read_text()
+    assert f"training stopped at step {step} of 24" in card and "--resume_from_checkpoint last" in card
+
+    output = finished(start_training(run_dir, *extra, "--resume_from_checkpoint", "last"))
+    assert f"Resuming from {checkpoint} at step {step}\n" in output
+    assert len(re.findall(r"^\{'loss': ", output, flags=re.M)) == 24 - step, output
+    assert checkpoint_names(run_dir) == checkpoint_names(straight)
+    for name in checkpoint_names(straight):
+        assert_same_weights(run_dir / name, straight / name)
+    assert_same_weights(run_dir, straight)
+
+
+def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path, straight_runs):
+    straight, run_dir = straight_runs(launcher=TWO_PROCESSES), tmp_path / "stopped"
+    process = start_training(run_dir, launcher=TWO_PROCESSES)
+    signal_after(process, run_dir / "checkpoint-8", signal.SIGTERM, workers=True)  # as SLURM signals each task
+    _, step = stopped(process, processes=2)
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= {path.name for path in (run_dir / f"checkpoint-{step}").iterdir()}
+    finished(start_training(run_dir, "--resume_from_checkpoint", "last", launcher=TWO_PROCESSES))
+    for name in checkpoint_names(straight):
+        assert_same_weights(run_dir / name, straight / name)
+    assert_same_weights(run_dir, straight)
+
+
+def test_a_second_ctrl_c_aborts_at_once(tmp_path):
+    process = start_training(tmp_path / "run")
+    signal_after(process, tmp_path / "run" / "checkpoint-4", signal.SIGINT)
+    time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == ("train.py: aborted by a second Ctrl-C; resume from the newest complete "
+                                               "checkpoint with --resume_from_checkpoint last")
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["none"], []), (["term", "SIGUSR1"], ["SIGTERM", "SIGUSR1"]), (["SIGINT", "SIGINT"], ["SIGINT"]),
+])
+def test_stop_signals_are_named_as_the_system_names_them(tmp_path, names, expected):
+    assert arguments(tmp_path / "run", "--stop_signals", *names)[2].stop_signals == expected
+
+
+@pytest.mark.parametrize("name", ["SIGKILL", "SIGSTOP", "SIGNOPE"])
+def test_a_signal_no_process_can_catch_is_refused(tmp_path, name):
+    with pytest.raises(ConfigurationError, match=rf"^--stop_signals: '{name}' is not a signal a process can catch"):
+        arguments(tmp_path / "run", "--stop_signals", name)
+
+
+# ---- a full disk during a save -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", ["weights", "optimizer"])
+def test_a_full_disk_during_a_save_stops_the_run_in_one_line_and_loses_nothing(tmp_path, monkeypatch, capsys, failing,
+                                                                               straight_runs):
+    """ENOSPC while checkpoint-8's weights or optimizer state are written: the run stops naming the folder and the
+    error, checkpoint-8 is removed, checkpoint-4 is as it was, `last` takes it, and the resumed run ends as an
+    uninterrupted one."""
+    import transformers.modeling_utils
+
+    run_dir = tmp_path / "run"
+    real_safetensors, real_torch_save = transformers.modeling_utils.safe_save_file, torch.save
+
+    def full(path):
+        if "checkpoint-8" in str(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    def save_weights(tensors, filename, *args, **kwargs):
+        if failing == "weights":
+            full(filename)
+        return real_safetensors(tensors, filename, *args, **kwargs)
+
+    def save_state(obj, path, *args, **kwargs):
+        if failing == "optimizer" and str(path).endswith("optimizer.pt"):
+            full(path)
+        return real_torch_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", save_weights)
+    monkeypatch.setattr(torch, "save", save_state)
+    monkeypatch.setattr(sys, "argv", ["train.py", *KILL_RUN, "--cpu_threads", "1", "--output_dir", str(run_dir)])
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(str(REPO_ROOT / "scripts" / "train.py"), run_name="__main__")  # as a user runs it
+    finally:
+        torch.set_num_threads(threads)
+    assert stop.value.code == 1
+    line = capsys.readouterr().err
+    assert re.fullmatch(rf"train\.py: error: saving {re.escape(str(run_dir / 'checkpoint-8'))} failed \(OSError: "
+                        r"\[Errno 28\] No space left on device: '.*checkpoint-8.*'\); the run stopped there, its "
+                        r"earlier checkpoints as they were: make room, then resume with --resume_from_checkpoint "
+                        r"last\n", line), line
+    monkeypatch.undo()
+    assert checkpoint_names(run_dir) == ["checkpoint-4"] and checkpoint_problem(run_dir / "checkpoint-4") is None
+    assert not (run_dir / "model.safetensors").exists()
+    finished(start_training(run_dir, "--resume_from_checkpoint", "last"))
+    assert_same_weights(run_dir, straight_runs())
 
 
 # ---- two runs writing into one folder ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import warnings
@@ -184,6 +185,27 @@ def check_schedule_arguments(name: str, scheduler_kwargs: dict | None, learning_
         ) from None
 
 
+# What clusters send before they kill a job, and Ctrl-C (`--stop_signals`).
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+
+
+def stop_signal_names(names) -> list[str]:
+    """--stop_signals as signal names ("none" alone: none), checked: each a signal this system has that a process may
+    catch (SIGKILL and SIGSTOP cannot be)."""
+    names = [names] if isinstance(names, str) else list(names or [])
+    if [name.lower() for name in names] == ["none"]:
+        return []
+    checked = []
+    for name in names:
+        upper = name.upper() if name.upper().startswith("SIG") else f"SIG{name.upper()}"
+        if upper not in signal.Signals.__members__ or upper in ("SIGKILL", "SIGSTOP"):
+            catchable = sorted(s.name for s in signal.Signals if s.name not in ("SIGKILL", "SIGSTOP"))
+            raise ValueError(f"--stop_signals: {name!r} is not a signal a process can catch here; give names such as "
+                             f"SIGTERM SIGUSR1 SIGINT (here: {', '.join(catchable)}), or none.")
+        checked.append(upper)
+    return list(dict.fromkeys(checked))
+
+
 @dataclass
 class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` plus the schedule choice and token budget, with the paper's defaults (§5.3):
@@ -218,6 +240,15 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             "--logging_steps steps and at each epoch end, where training then ends as at its planned end "
             "(--max_steps, or --num_train_epochs): its last step saved and evaluated (one its save interval saved at "
             "an epoch's end stays as saved), the time that stopped it recorded in that checkpoint."
+        },
+    )
+    stop_signals: list[str] = field(
+        default_factory=lambda: list(STOP_SIGNALS),
+        metadata={
+            "help": "Signals that stop training politely (default: SIGTERM SIGUSR1 SIGINT; none: no handler): what "
+            "SLURM, Kubernetes and spot instances send before they kill a job, and Ctrl-C. The optimizer step under "
+            "way is finished, a complete checkpoint of that step is saved on every process, and the run exits with "
+            "status 75 (resume with --resume_from_checkpoint last); a second Ctrl-C aborts at once."
         },
     )
     learning_rate: float = field(
@@ -313,6 +344,7 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             )
         if self.stop_time_hours is not None and not (math.isfinite(self.stop_time_hours) and self.stop_time_hours > 0):
             raise ValueError(f"--stop_time_hours must be a finite number of hours > 0, got {self.stop_time_hours}.")
+        self.stop_signals = stop_signal_names(self.stop_signals)
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"--max_tokens must be a positive number of tokens, got {self.max_tokens}.")
         minimums = {"pad_to_multiple_of": 1, "generation_num_beams": 1, "per_device_eval_batch_size": 1,

@@ -8,6 +8,8 @@ import hashlib
 import json
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -267,12 +269,95 @@ class LaunchHistory(RecordedInCheckpoints):
         return {"args": {"launches": self.launches, "complete": self.complete}, "attributes": {}}
 
 
+def any_process_flag(flag: bool) -> bool:
+    """Whether `flag` holds on any process, on every process: each process notes the signals it gets, and all must
+    stop at the same step (the others would wait for a process that stopped in their next collective, for ever)."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" else "cpu"
+    raised = torch.tensor([int(flag)], device=device)
+    torch.distributed.all_reduce(raised, op=torch.distributed.ReduceOp.MAX)
+    return bool(raised.item())
+
+
+class StopSignals(RecordedInCheckpoints):
+    """--stop_signals: training stops politely on what a cluster sends before it kills a job (SLURM's SIGTERM, or
+    SIGUSR1 minutes ahead with `--signal`; Kubernetes' and spot instances' SIGTERM) and on Ctrl-C. The signal is
+    noted; the optimizer step under way is finished, and so are the evaluation and the save under way or due at that
+    step; then a complete checkpoint of that step is saved and training ends (`stopping`), on every process at the
+    same step. A second Ctrl-C aborts at once.
+
+    The stop's checkpoint is off the save schedule (unless its step is on it): it rotates no earlier checkpoint out,
+    and the launch that resumes it removes it before its own first save rotates any, so the run's folder ends with
+    the checkpoints of an uninterrupted run. Its trainer_state.json records the stop (`state`), which is how the
+    resumed launch knows it (`resumed_stop`, the step of that checkpoint)."""
+
+    def __init__(self, names=(), resumed_stop: int | None = None):
+        self.signals = [signal.Signals[name] for name in names]
+        self.resumed_stop = resumed_stop
+        self.received: str | None = None  # the first signal this process got
+        self.stopping = False  # every process agreed to stop at this step
+        self.off_schedule = False  # the stop's checkpoint is not one the save schedule makes
+        self.step: int | None = None  # the step training stops at
+        self._previous = {}
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint, names) -> "StopSignals":
+        """Handling `names` in a launch that resumes `checkpoint` (None: none), which may be a stop's."""
+        step = cls.saved_args(checkpoint).get("off_schedule_stop_step")
+        return cls(names, resumed_stop=step if isinstance(step, int) and not isinstance(step, bool) else None)
+
+    def _note(self, number, frame) -> None:
+        if self.received is not None and number == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C
+        self.received = self.received or signal.Signals(number).name
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers
+            for number in self.signals:
+                self._previous[number] = signal.signal(number, self._note)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.restore()
+
+    def restore(self) -> None:
+        """The handlers the signals had before training (also where training ended in an exception)."""
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
+
+    def _stop_if_signalled(self, args, state, control) -> None:
+        if not self.stopping and any_process_flag(self.received is not None):
+            self.stopping, self.step = True, state.global_step
+            self.off_schedule = not (args.save_strategy == SaveStrategy.STEPS and state.global_step > 0
+                                     and state.global_step % state.save_steps == 0)
+        if self.stopping:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        super().on_step_end(args, state, control, **kwargs)
+        self._stop_if_signalled(args, state, control)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._stop_if_signalled(args, state, control)  # a signal during an evaluation: the step's save follows
+
+    def on_save(self, args, state, control, **kwargs):
+        self._stop_if_signalled(args, state, control)  # a signal during a save: that checkpoint is the stop's
+
+    def state(self) -> dict:
+        step = self.step if self.stopping and self.off_schedule else None
+        return {"args": {"off_schedule_stop_step": step}, "attributes": {}}
+
+
 __all__ = [
     "CheckpointSchedule",
     "EpochBatches",
     "LaunchHistory",
     "RecordedInCheckpoints",
+    "StopSignals",
     "StopTime",
     "TrainingClock",
+    "any_process_flag",
     "first_process_flag",
 ]

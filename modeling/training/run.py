@@ -22,13 +22,15 @@ from pathlib import Path
 import datasets
 import psutil
 import torch
+import transformers
 from transformers import DataCollatorForSeq2Seq, TrainerState, set_seed
 
+from ..common.file_writes import replace_text
 from ..data.batching import PairsOverBudgetError
 from ..data.corpus import load_parallel_corpus, prepare_pairs
 from ..inference.evaluation import build_compute_metrics
 from ..inference.hub import push_folder_to_hub
-from ..inference.model_card import model_card_context, write_model_card
+from ..inference.model_card import MODEL_CARD_NAME, model_card_context, write_model_card
 from ..modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 from ..tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
 from .arguments import (
@@ -39,7 +41,7 @@ from .arguments import (
     model_config,
     validate_arguments,
 )
-from .callbacks import CheckpointSchedule, EpochBatches, LaunchHistory, StopTime, TrainingClock
+from .callbacks import CheckpointSchedule, EpochBatches, LaunchHistory, StopSignals, StopTime, TrainingClock
 from .checkpoints import (
     TRAINER_STATE_NAME,
     checkpoint_step,
@@ -201,6 +203,43 @@ def cpu_threads_per_process() -> int:
     return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
+class TrainingStopped(Exception):
+    """Training stopped on a signal (`--stop_signals`) after saving its step's checkpoint; the message says which
+    and how to resume. `scripts/train.py` exits with `STOPPED_STATUS`."""
+
+
+STOPPED_STATUS = 75  # EX_TEMPFAIL: the run is not finished; resuming it goes on
+
+
+def stop_after_signal(trainer, stop, command: str) -> None:
+    """After `trainer.train()` stopped on a signal: make sure the step has its checkpoint (a save strategy that did not
+    save it, `best` or `no`, saves it now), leave the stop's note as the folder's card, and raise `TrainingStopped`."""
+    step = trainer.state.global_step
+    checkpoint = Path(trainer.args.output_dir) / f"checkpoint-{step}"
+    if stop.step != step or trainer.args.save_strategy in ("best", "no"):
+        if not (checkpoint / TRAINER_STATE_NAME).is_file():
+            trainer._save_checkpoint(trainer.model, trial=None)
+    resume = f"{command} --resume_from_checkpoint last"
+    if trainer.is_world_process_zero():
+        replace_text(Path(trainer.args.output_dir) / MODEL_CARD_NAME, "\n".join([
+            f"# {Path(trainer.args.output_dir).name}: training stopped at step {step} of {trainer.state.max_steps}",
+            "",
+            f"{stop.received or 'A signal'} stopped this run after optimizer step {step}. Its checkpoint, "
+            f"`{checkpoint.name}`, holds the whole training state (model, optimizer, schedule, random states, data "
+            "position and training time), and resuming it ends with the weights an uninterrupted run would have.",
+            "This card is replaced by the model's card when the run finishes. Resume with:",
+            "",
+            "```bash",
+            resume,
+            "```",
+            "",
+        ]))
+    raise TrainingStopped(
+        f"stopped by {stop.received or 'a signal on another process'} after optimizer step {step} of "
+        f"{trainer.state.max_steps}: {checkpoint} holds the run; resume with --resume_from_checkpoint last"
+    )
+
+
 class RefusedByAnotherProcess(ConfigurationError):
     """The refusal another process of the run made and printed; this process stops with it, without printing it
     again."""
@@ -286,6 +325,7 @@ def setup_training(
         torch.set_num_threads(training_args.cpu_threads or cpu_threads_per_process())
     if training_args.disable_tqdm:
         datasets.disable_progress_bars()  # `datasets`' own bars (map, filter) too, not only the Trainer's
+        transformers.utils.logging.disable_progress_bar()  # and transformers' own ("Writing model shards" on a save)
 
     corpus, corpus_sizes = load_corpus(data_args)
     has_validation = "validation" in corpus
@@ -364,6 +404,8 @@ def setup_training(
             callbacks=[
                 clock, CheckpointSchedule(training_args.save_strategy.value), batches,
                 *([StopTime(clock, training_args.stop_time_hours)] if training_args.stop_time_hours else []),
+                *([StopSignals.from_checkpoint(checkpoint, training_args.stop_signals)]
+                  if training_args.stop_signals else []),
             ],
             compute_metrics=(
                 build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None
@@ -414,7 +456,13 @@ def train(
             finish_from_checkpoint(trainer, setup.checkpoint)
             metrics, this_launch_seconds = {}, 0.0  # the checkpoint's clock holds the whole training time
         else:
-            train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
+            try:
+                train_result = trainer.train(resume_from_checkpoint=setup.checkpoint)
+            finally:
+                if trainer.stop_signals is not None:
+                    trainer.stop_signals.restore()
+            if (stop := trainer.stop_signals) is not None and stop.stopping:
+                stop_after_signal(trainer, stop, command)
             metrics, this_launch_seconds = dict(train_result.metrics), train_result.metrics.get("train_runtime")
             trainer.log_metrics("train", train_result.metrics)
             trainer.save_metrics("train", train_result.metrics)

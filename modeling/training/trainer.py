@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+import shutil
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, seed_worker, speed_metrics
 
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
 from .arguments import TransformerTrainingArguments
-from .callbacks import RecordedInCheckpoints, _SetSamplerEpoch
+from .callbacks import RecordedInCheckpoints, StopSignals, _SetSamplerEpoch
 from .schedule import NOAM, get_noam_schedule
 
 
@@ -61,6 +63,10 @@ class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the message names the optimizer step."""
 
 
+class CheckpointSaveError(RuntimeError):
+    """Saving a checkpoint failed; the message names the folder and the error."""
+
+
 class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler == "noam"` and, when `args.max_tokens`
     is set, batches the training set by token budget with `TokenBudgetBatchSampler`."""
@@ -85,6 +91,56 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         if self.args.use_cpu:
             details.append(f"{torch.get_num_threads()} thread(s)")
         return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
+
+    @property
+    def stop_signals(self) -> StopSignals | None:
+        """The run's `--stop_signals` handler, if it has one."""
+        return next((callback for callback in self.callback_handler.callbacks if isinstance(callback, StopSignals)),
+                    None)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's save, with what a stop and a failed write need:
+        - a stop's checkpoint off the save schedule rotates no earlier checkpoint out, and the launch that resumed
+          such a checkpoint removes it before its first save, so the folder keeps the checkpoints of an uninterrupted
+          run (`StopSignals`);
+        - a save that fails (a full disk, a failing write) raises `CheckpointSaveError`, one line naming the folder
+          and the error, after removing what it wrote: the earlier checkpoints are left as they were, and
+          `--resume_from_checkpoint last` takes the newest of them."""
+        stop = self.stop_signals
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if stop is not None and stop.resumed_stop is not None and self.args.should_save:
+            stopped_at = folder.with_name(f"{PREFIX_CHECKPOINT_DIR}-{stop.resumed_stop}")
+            if stop.resumed_stop < self.state.global_step and stopped_at.is_dir():
+                shutil.rmtree(stopped_at)
+            stop.resumed_stop = None
+        keep_all = stop is not None and stop.stopping and stop.off_schedule
+        save_total_limit = self.args.save_total_limit
+        existed = folder.exists()
+        try:
+            if keep_all:
+                self.args.save_total_limit = None  # the Trainer rotates nothing
+            super()._save_checkpoint(model, trial)
+        except Exception as error:
+            if self.args.should_save and not existed and folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+            raise CheckpointSaveError(
+                f"saving {folder} failed ({type(error).__name__}: {' '.join(str(error).split())}); the run stopped "
+                "there, its earlier checkpoints as they were: make room, then resume with --resume_from_checkpoint "
+                "last"
+            ) from error
+        finally:
+            self.args.save_total_limit = save_total_limit
+
+    def _finalize_training(self, trial, num_train_samples, start_time):
+        """The Trainer's end of training, but for a stop (`StopSignals`): the run is not over, so neither the best
+        checkpoint is loaded nor any checkpoint removed (with save_total_limit 1 the Trainer would delete the stop's)."""
+        stop = self.stop_signals
+        if stop is None or not stop.stopping:
+            return super()._finalize_training(trial, num_train_samples, start_time)
+        metrics = speed_metrics("train", start_time, num_steps=self.state.global_step - self._initial_global_step)
+        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
+        self.is_in_train = False
+        return TrainOutput(self.state.global_step, float("nan"), metrics)
 
     def _load_callback_state(self) -> None:
         # --restore_callback_states_from_checkpoint rebuilds every recorded callback from its checkpoint's record
@@ -179,6 +235,7 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
 
 __all__ = [
+    "CheckpointSaveError",
     "NonFiniteLossError",
     "TransformerSeq2SeqTrainer",
     "random_states_kept",
