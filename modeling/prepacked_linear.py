@@ -9,9 +9,11 @@ Xeon (AVX-512, AMX) the two kernels took the same time (1.6 ms) and packing only
 batch-32 greedy generate() 163 ms against 145 ms), so layers are packed on AMD CPUs only (`prepacking_pays`).
 
 `prepacked_linear_layers(*modules)` gives every `nn.Linear` in `modules` (that exact type: a subclass, such as a
-dynamically quantized layer, is left alone) whose weight is a float32 CPU tensor a forward that packs the weight on
-its first call and multiplies with the packed copy; on exit the layers are plain `nn.Linear` again and the copies
-are freed. The copies live for one `generate()` call only, so no change of a weight between calls (an optimizer
+dynamically quantized layer, is left alone) whose weight is a float32 CPU tensor a forward that, within the scope,
+packs the weight on its first call and multiplies with the packed copy; on exit the copies are freed. The layers
+keep that forward, which outside a scope is `F.linear`, and which torch.compile sees as `F.linear` always: a model
+compiled once (generate() compiles the decoding step with a static cache) is not compiled again at the next call
+because a forward changed. The copies live for one `generate()` call only, so no change of a weight between calls (an optimizer
 step, fused or not, an edit through `weight.data`, a merged adapter) can leave a stale copy behind. Packing costs
 about 7 ms per call for the small model's decoder and output layer (26 ms at base), a few percent of a batch-32
 generate(). Inside, a call with gradients enabled, in another dtype or device, under autocast or torch.compile
@@ -23,6 +25,7 @@ import contextlib
 import copy
 import functools
 import platform
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -77,58 +80,71 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 class PrepackingForward:
-    """A layer's forward inside the scope: packs the weight on the first call, then multiplies with the copy. A copy
-    or pickle of the layer made meanwhile (a deepcopy from another thread, `torch.save(model)`) gets an inactive one,
-    which is `F.linear` on that layer's own weight and which a later scope replaces."""
+    """A layer's forward, installed on the first `prepacked_linear_layers` scope that holds the layer and kept: within
+    a scope it packs the weight on its first call and multiplies with the copy; outside any scope, and whenever
+    torch.compile traces it (checked first, so a compiled graph sees `F.linear` and nothing of the scope), it is
+    `F.linear`. Kept rather than removed on exit, so that a model compiled once (by generate() with a static cache,
+    or by hand) finds the same forward at every call and is not compiled again. A copy or pickle of the layer gets
+    one of its own, with nothing packed."""
 
-    def __init__(self, layer: nn.Linear, active: bool = True):
-        self.layer, self.active, self.packed = layer, active, None
+    def __init__(self, layer: nn.Linear):
+        self.layer, self.scopes, self.packed = layer, 0, None
 
     def __call__(self, input: torch.Tensor) -> torch.Tensor:
         layer = self.layer
         if (
-            not self.active
-            or torch.compiler.is_compiling()
+            torch.compiler.is_compiling()
+            or not self.scopes
             or torch.is_grad_enabled()
             or input.dtype != torch.float32
             or input.device.type != "cpu"
             or torch.is_autocast_enabled("cpu")
         ):
             return F.linear(input, layer.weight, layer.bias)
-        if self.packed is None:
-            self.packed = pack_weight(layer.weight)
-        return torch.ops.mkldnn._linear_pointwise(input, self.packed, layer.bias, "none", [], "")
+        packed = self.packed
+        if packed is None:
+            packed = self.packed = pack_weight(layer.weight)
+        return torch.ops.mkldnn._linear_pointwise(input, packed, layer.bias, "none", [], "")
 
     def __deepcopy__(self, memo):
-        return PrepackingForward(copy.deepcopy(self.layer, memo), active=False)  # the layer's copy (from memo)
+        return PrepackingForward(copy.deepcopy(self.layer, memo))  # the layer's copy (from memo)
 
     def __reduce__(self):
-        return PrepackingForward, (self.layer, False)
+        return PrepackingForward, (self.layer,)
+
+
+_scopes = threading.Lock()  # scopes of several threads count the same layers
 
 
 @contextlib.contextmanager
 def prepacked_linear_layers(*modules: nn.Module):
     """Within: the float32 CPU `nn.Linear` layers of `modules` multiply with prepacked copies of their weights (made
-    on each layer's first call); on exit they are plain `nn.Linear` again. A layer that already has a forward of its
-    own (a nested or concurrent scope's) is left as it is. Nothing is packed on CPUs where it does not pay
-    (`prepacking_pays`)."""
-    installed = []
+    on each layer's first call); on leaving the last scope that holds a layer its copy is freed, so no change of a
+    weight between calls can leave a stale copy behind. A layer with a forward of its own that is not a
+    `PrepackingForward` is left alone. Nothing is packed on CPUs where it does not pay (`prepacking_pays`)."""
+    entered = []
     if (
         torch.backends.mkldnn.enabled
         and not torch.compiler.is_compiling()
         and prepacking_pays()
         and prepacking_available()
     ):
-        for layer in (layer for module in modules for layer in module.modules()):
-            weight = layer.weight if type(layer) is nn.Linear else None
-            if weight is not None and weight.device.type == "cpu" and weight.dtype == torch.float32:
-                own = layer.__dict__.get("forward")
-                if own is None or (isinstance(own, PrepackingForward) and not own.active):
+        with _scopes:
+            for layer in (layer for module in modules for layer in module.modules()):
+                weight = layer.weight if type(layer) is nn.Linear else None
+                if weight is None or weight.device.type != "cpu" or weight.dtype != torch.float32:
+                    continue
+                forward = layer.__dict__.get("forward")
+                if forward is None or (isinstance(forward, PrepackingForward) and forward.layer is not layer):
                     layer.forward = forward = PrepackingForward(layer)
-                    installed.append((layer, forward))
+                if isinstance(forward, PrepackingForward) and forward not in entered:
+                    forward.scopes += 1
+                    entered.append(forward)
     try:
         yield
     finally:
-        for layer, forward in installed:
-            if layer.__dict__.get("forward") is forward:
-                del layer.forward
+        with _scopes:
+            for forward in entered:
+                forward.scopes -= 1
+                if not forward.scopes:
+                    forward.packed = None

@@ -8,12 +8,12 @@ import io
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import assert_varied, generating_model, padded_batch
+from model_helpers import assert_varied, generating_model, padded_batch, trained_to_copy
 from torch import nn
 from transformers import GenerationMixin, StoppingCriteria, StoppingCriteriaList
 
 from modeling import prepacked_linear
-from modeling.prepacked_linear import cpu_vendor, prepacked_linear_layers, prepacking_available
+from modeling.prepacked_linear import PrepackingForward, cpu_vendor, prepacked_linear_layers, prepacking_available
 
 pytestmark = pytest.mark.skipif(not prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
 
@@ -50,6 +50,16 @@ def plain_linear_generated(model, num_beams: int = 1):
         return generated(model, num_beams)
 
 
+def installed_forwards(module: nn.Module) -> list[tuple[nn.Module, PrepackingForward]]:
+    return [(layer, layer.__dict__["forward"]) for layer in module.modules()
+            if isinstance(layer.__dict__.get("forward"), PrepackingForward)]
+
+
+def no_packed_copies(module: nn.Module) -> bool:
+    """No layer of `module` holds a packed copy or counts itself in a scope (every scope was left)."""
+    return all(forward.packed is None and forward.scopes == 0 for _, forward in installed_forwards(module))
+
+
 def assert_same_generation(fast, plain):
     assert torch.equal(fast.sequences, plain.sequences)
     torch.testing.assert_close(torch.stack(fast.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-4)
@@ -71,7 +81,10 @@ def test_within_the_scope_a_layer_multiplies_with_its_packed_weight_and_gives_li
     assert packs == [layer.weight]  # packed once, on the first call
     torch.testing.assert_close(result, F.linear(rows, layer.weight.detach(), layer.bias), atol=2e-5, rtol=1e-5)
     assert torch.equal(again, result)
-    assert type(layer) is nn.Linear and "forward" not in layer.__dict__  # plain again
+    assert type(layer) is nn.Linear and no_packed_copies(layer)  # the copy freed on exit
+    with torch.no_grad():
+        torch.testing.assert_close(layer(rows), F.linear(rows, layer.weight, layer.bias), atol=0, rtol=0)
+    assert packs == [layer.weight]  # outside a scope: F.linear, nothing packed
 
 
 def test_gradients_autocast_other_dtypes_and_a_disabled_onednn_use_nn_linear(packs):
@@ -104,8 +117,8 @@ def test_a_quantized_or_wrapped_layer_and_a_nested_scope_are_left_alone(packs):
         inner = model[0].__dict__["forward"]
         with prepacked_linear_layers(model):
             assert model[0].__dict__["forward"] is inner
-        assert model[0].__dict__["forward"] is inner  # the inner scope removes only what it installed
-    assert "forward" not in model[0].__dict__
+        assert model[0].__dict__["forward"] is inner and inner.scopes == 1  # the inner scope leaves the outer's
+    assert model[0].__dict__["forward"] is inner and no_packed_copies(model)
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
@@ -114,7 +127,7 @@ def test_generate_gives_the_tokens_and_scores_of_plain_linear_layers(num_beams, 
     fast = generated(model, num_beams)
     stepping = [layer for layer in [*model.model.decoder.modules(), model.lm_head] if type(layer) is nn.Linear]
     assert [id(weight) for weight in packs] == [id(layer.weight) for layer in stepping]  # each once, in the decoder
-    assert not any("forward" in layer.__dict__ for layer in model.modules())  # nothing kept after the call
+    assert no_packed_copies(model)  # nothing kept after the call
     assert_varied(fast.sequences)
     assert_same_generation(fast, plain_linear_generated(model, num_beams))
 
@@ -158,7 +171,7 @@ def test_a_failing_generate_leaves_plain_layers():
     model = generating_model()
     with pytest.raises(ValueError):
         generated(model, num_beams=0)
-    assert not any("forward" in layer.__dict__ for layer in model.modules())
+    assert no_packed_copies(model)
 
 
 def test_a_copy_or_pickle_made_during_generate_computes_with_its_own_weights():
@@ -186,7 +199,30 @@ def test_a_copy_or_pickle_made_during_generate_computes_with_its_own_weights():
             assert twin.lm_head(rows).abs().max() == 0  # its own weight, not the original's
         expected = plain_linear_generated(twin)
         assert_same_generation(generated(twin), expected)  # a later generate() packs the copy's weights
-        assert not any("forward" in layer.__dict__ for layer in twin.model.decoder.modules())
+        assert no_packed_copies(twin)
+        assert all(forward.layer is layer for layer, forward in installed_forwards(twin))  # each its own layer's
+
+
+def test_a_decoding_step_compiled_by_generate_is_not_compiled_again_by_the_next_call():
+    """generate() with a static cache compiles the decoding step (CPUs included when asked); the packing of each
+    call must not change what the compiled graph guards on (a layer's forward), or every call compiles again."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    model = trained_to_copy(generating_model(), steps=30)
+    input_ids, attention_mask = padded_batch()
+    settings = dict(max_new_tokens=6, cache_implementation="static")
+    eager = model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings)
+    assert_varied(eager)
+    model.generation_config.compile_config = CompileConfig(fullgraph=True)
+    model.generation_config.compile_config._compile_all_devices = True  # transformers compiles on GPUs only, else
+    torch._dynamo.reset()
+    counters.clear()
+    for _ in range(3):
+        compiled = model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings)
+        assert torch.equal(compiled, eager)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert installed_forwards(model) and no_packed_copies(model)  # packing ran, outside the compiled step
 
 
 def test_generate_keeps_generationmixins_signature():
