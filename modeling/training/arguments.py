@@ -185,6 +185,10 @@ def check_schedule_arguments(name: str, scheduler_kwargs: dict | None, learning_
         ) from None
 
 
+# --torch_compile pads batches to a multiple of this length unless --pad_to_multiple_of says otherwise: torch.compile
+# compiles a graph for the first length and one with dynamic lengths for the second, and the lengths stay few.
+COMPILED_LENGTH_MULTIPLE = 8
+
 # What clusters send before they kill a job, and Ctrl-C (`--stop_signals`).
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
@@ -230,7 +234,8 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         },
     )
     pad_to_multiple_of: int | None = field(
-        default=None, metadata={"help": "Pad batches to a multiple of this length (8 suits tensor cores)."}
+        default=None, metadata={"help": "Pad batches to a multiple of this length (8 suits tensor cores; 8 by default "
+                                "with --torch_compile, so that few lengths are compiled)."}
     )
     stop_time_hours: float | None = field(
         default=None,
@@ -345,6 +350,9 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         if self.stop_time_hours is not None and not (math.isfinite(self.stop_time_hours) and self.stop_time_hours > 0):
             raise ValueError(f"--stop_time_hours must be a finite number of hours > 0, got {self.stop_time_hours}.")
         self.stop_signals = stop_signal_names(self.stop_signals)
+        compiling = self.torch_compile or self.torch_compile_backend is not None or self.torch_compile_mode is not None
+        if compiling and self.pad_to_multiple_of is None:
+            self.pad_to_multiple_of = COMPILED_LENGTH_MULTIPLE  # a few padded lengths: a few compilations
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"--max_tokens must be a positive number of tokens, got {self.max_tokens}.")
         minimums = {"pad_to_multiple_of": 1, "generation_num_beams": 1, "per_device_eval_batch_size": 1,

@@ -350,8 +350,31 @@ class StopSignals(RecordedInCheckpoints):
         return {"args": {"off_schedule_stop_step": step}, "attributes": {}}
 
 
+class CompileTime(TrainerCallback):
+    """--torch_compile: the time of the training steps in which torch.compile compiled a graph (the first batch, the
+    first batch of another length, the backward), which the run reports apart from training (`seconds`, `graphs`)."""
+
+    def __init__(self):
+        self.seconds, self.graphs, self._started, self._before = 0.0, 0, 0.0, 0
+
+    @staticmethod
+    def _compiled_graphs() -> int:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._started, self._before = time.perf_counter(), self._compiled_graphs()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if (graphs := self._compiled_graphs() - self._before) > 0:
+            self.seconds += time.perf_counter() - self._started
+            self.graphs += graphs
+
+
 __all__ = [
     "CheckpointSchedule",
+    "CompileTime",
     "EpochBatches",
     "LaunchHistory",
     "RecordedInCheckpoints",

@@ -41,7 +41,15 @@ from .arguments import (
     model_config,
     validate_arguments,
 )
-from .callbacks import CheckpointSchedule, EpochBatches, LaunchHistory, StopSignals, StopTime, TrainingClock
+from .callbacks import (
+    CheckpointSchedule,
+    CompileTime,
+    EpochBatches,
+    LaunchHistory,
+    StopSignals,
+    StopTime,
+    TrainingClock,
+)
 from .checkpoints import (
     TRAINER_STATE_NAME,
     checkpoint_step,
@@ -59,7 +67,7 @@ from .run_safety import (
     warn_of_other_batches,
 )
 from .schedule import schedule_description
-from .trainer import TransformerSeq2SeqTrainer, token_budget_sampler
+from .trainer import TokenIdsChecked, TransformerSeq2SeqTrainer, token_budget_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -394,6 +402,8 @@ def setup_training(
         collator = DataCollatorForSeq2Seq(
             tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
         )
+        if training_args.torch_compile:  # the compiled model checks no ids: the batches are checked where made
+            collator = TokenIdsChecked(collator, model.config)
         trainer = TransformerSeq2SeqTrainer(
             model=model,
             args=training_args,
@@ -406,6 +416,7 @@ def setup_training(
                 *([StopTime(clock, training_args.stop_time_hours)] if training_args.stop_time_hours else []),
                 *([StopSignals.from_checkpoint(checkpoint, training_args.stop_signals)]
                   if training_args.stop_signals else []),
+                *([CompileTime()] if training_args.torch_compile else []),
             ],
             compute_metrics=(
                 build_compute_metrics(tokenizer, corpus["validation"]["target"]) if has_validation else None
@@ -463,6 +474,10 @@ def train(
                     trainer.stop_signals.restore()
             if (stop := trainer.stop_signals) is not None and stop.stopping:
                 stop_after_signal(trainer, stop, command)
+            compiling = next((c for c in trainer.callback_handler.callbacks if isinstance(c, CompileTime)), None)
+            if compiling is not None:  # the steps that compiled, apart from training: train_compile_seconds
+                train_result.metrics.update(train_compile_seconds=round(compiling.seconds, 2),
+                                            train_compiled_graphs=compiling.graphs)
             metrics, this_launch_seconds = dict(train_result.metrics), train_result.metrics.get("train_runtime")
             trainer.log_metrics("train", train_result.metrics)
             trainer.save_metrics("train", train_result.metrics)

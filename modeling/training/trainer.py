@@ -21,6 +21,7 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, seed_worker, speed_metrics
 
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
+from ..input_checks import check_token_ids
 from .arguments import TransformerTrainingArguments
 from .callbacks import RecordedInCheckpoints, StopSignals, _SetSamplerEpoch
 from .schedule import NOAM, get_noam_schedule
@@ -61,6 +62,25 @@ def random_states_kept():
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the message names the optimizer step."""
+
+
+class TokenIdsChecked:
+    """A data collator whose batches' token ids are checked where they are made, on the host (one line naming the
+    bad id, as the model's own check does): a compiled model checks nothing inside its graph, which would cost a
+    device sync, or a graph break, per batch (`input_checks.check_token_ids`)."""
+
+    def __init__(self, collator, config):
+        self.collator, self.config = collator, config
+
+    def __call__(self, features):
+        batch = self.collator(features)
+        labels = batch.get("labels")
+        check_token_ids(
+            (batch.get("input_ids"), self.config.src_vocab_size, "input_ids"),
+            (None if labels is None else labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels"),
+            (batch.get("decoder_input_ids"), self.config.vocab_size, "decoder_input_ids"),
+        )
+        return batch
 
 
 class CheckpointSaveError(RuntimeError):
@@ -236,6 +256,7 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
 __all__ = [
     "CheckpointSaveError",
+    "TokenIdsChecked",
     "NonFiniteLossError",
     "TransformerSeq2SeqTrainer",
     "random_states_kept",

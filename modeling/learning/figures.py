@@ -1,0 +1,319 @@
+"""The pictures of docs/annotated.md, each drawn from the computations in `demonstrations` (the package's own code).
+
+`FIGURES` maps each picture's name to the function that draws it, in the page's order; `write_figures` writes them
+as `<name>.png`. matplotlib is an optional extra (`pip install -e ".[plot]"`), imported only when drawing; figures are
+built with `matplotlib.figure.Figure`, without pyplot, so nothing depends on a display or a global state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..inference.attention_plots import attention_figure, require_matplotlib
+from ..modeling_annotated_transformer import sinusoidal_positional_encoding
+from ..tokenization import SPECIAL_TOKENS
+from . import demonstrations as demo
+
+DPI = 100
+PANEL = (5.0, 3.6)  # inches per panel: 500 x 360 pixels at DPI
+
+
+def _figure(panels: int, height: float = PANEL[1], width: float = PANEL[0]):
+    """A figure with `panels` axes side by side."""
+    figure = require_matplotlib().Figure(figsize=(panels * width, height), layout="constrained")
+    return figure, figure.subplots(1, panels, squeeze=False)[0]
+
+
+def token_names(ids: Sequence[int]) -> list[str]:
+    """Ids as the page writes them: special tokens by name (<pad> <s> </s> <unk>), others as numbers."""
+    return [SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else str(i) for i in ids]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.5 positional encoding
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def positional_encoding_figure(num_positions: int = 100, d_model: int = 64, dimensions=(4, 5, 6, 7)):
+    """The sinusoidal table as a heatmap, and a few dimensions' curves over the positions."""
+    table = sinusoidal_positional_encoding(num_positions, d_model).numpy()
+    figure, (heatmap, curves) = _figure(2)
+    image = heatmap.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower")
+    heatmap.set(xlabel="position", ylabel="dimension", title=f"PE(pos, dimension), d_model = {d_model}")
+    figure.colorbar(image, ax=heatmap, shrink=0.8)
+    for dimension in dimensions:
+        kind = "sin" if dimension % 2 == 0 else "cos"
+        curves.plot(table[:, dimension], label=f"dimension {dimension} ({kind})")
+    curves.set(xlabel="position", ylabel="PE", title="a few dimensions: one sinusoid each")
+    curves.legend(fontsize=8, loc="lower left")
+    return figure
+
+
+def relative_positions_figure(d_model_rotation: int = 16, offset: int = 3, num_positions: int = 100,
+                              d_model: int = 64):
+    """The rotation M_k that maps PE(pos) to PE(pos + k), and PE(pos) . PE(pos') over positions, which depends on
+    pos - pos' only."""
+    rotation = demo.relative_position_rotation(d_model_rotation, offset).numpy()
+    table = sinusoidal_positional_encoding(num_positions, d_model).double()
+    figure, (matrix, products) = _figure(2)
+    image = matrix.imshow(rotation, cmap="RdBu", vmin=-1, vmax=1)
+    matrix.set(title=f"M_k, k = {offset}, d_model = {d_model_rotation}: one 2x2 rotation\nper frequency",
+               xlabel="PE(pos) dimension", ylabel="PE(pos + k) dimension")
+    figure.colorbar(image, ax=matrix, shrink=0.8)
+    image = products.imshow((table @ table.T).numpy(), cmap="viridis", origin="lower")
+    products.set(title=f"PE(pos) . PE(pos'), d_model = {d_model}:\na function of pos - pos' only",
+                 xlabel="pos'", ylabel="pos")
+    figure.colorbar(image, ax=products, shrink=0.8)
+    return figure
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.1, §3.2.3 masks
+# ----------------------------------------------------------------------------------------------------------------------
+
+MASK_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "encoder-decoder"}
+
+
+def masks_figure():
+    """The boolean masks (SDPA's) each kind of attention receives for `mask_example()`, one row per sentence."""
+    masks, inputs = demo.masks_as_received("sdpa"), demo.mask_example()
+    source, target = inputs["input_ids"], inputs["decoder_input_ids"]
+    labels = {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}
+    figure = require_matplotlib().Figure(figsize=(10, 6.4), layout="constrained")
+    axes = figure.subplots(2, 3)
+    for column, kind in enumerate(MASK_TITLES):
+        rows, columns = labels[kind]
+        for sentence in range(2):
+            panel = axes[sentence, column]
+            panel.imshow(masks[kind][sentence, 0].numpy(), cmap="Greys_r", vmin=0, vmax=1)
+            panel.set_title(f"{MASK_TITLES[kind]}, sentence {sentence + 1}", fontsize=9)
+            panel.set_xticks(range(columns.shape[1]), token_names(columns[sentence].tolist()), fontsize=8)
+            panel.set_yticks(range(rows.shape[1]), token_names(rows[sentence].tolist()), fontsize=8)
+            panel.set_xticks(np.arange(columns.shape[1] + 1) - 0.5, minor=True)
+            panel.set_yticks(np.arange(rows.shape[1] + 1) - 0.5, minor=True)
+            panel.grid(which="minor", color="grey", lw=0.5)
+            panel.tick_params(which="minor", length=0)
+            panel.set(xlabel="keys", ylabel="queries")
+    figure.suptitle("What each attention receives (white: may attend, black: masked)")
+    return figure
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.2.1 scaled dot-product attention
+# ----------------------------------------------------------------------------------------------------------------------
+
+D_KS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def attention_scaling_figure(num_keys: int = 16):
+    """Spread of q . k and the largest attention weight against d_k, with and without the 1/sqrt(d_k) scaling."""
+    spreads = [demo.dot_product_spread(d_k, num_keys=num_keys) for d_k in D_KS]
+    figure, (spread, peak) = _figure(2)
+    spread.plot(D_KS, [s.score_std for s in spreads], "o-", label="q . k")
+    spread.plot(D_KS, [s.scaled_score_std for s in spreads], "o-", label="q . k / sqrt(d_k)")
+    spread.plot(D_KS, np.sqrt(D_KS), ":", color="grey", label="sqrt(d_k)")
+    spread.set(xscale="log", yscale="log", xlabel="d_k", ylabel="standard deviation",
+               title="scores of random q, k (components N(0, 1))")
+    spread.legend(fontsize=8)
+    peak.plot(D_KS, [s.top_weight for s in spreads], "o-", label="softmax(q . k)")
+    peak.plot(D_KS, [s.scaled_top_weight for s in spreads], "o-", label="softmax(q . k / sqrt(d_k))")
+    peak.axhline(1 / num_keys, ls=":", color="grey", label=f"uniform, 1/{num_keys}")
+    peak.set(xscale="log", ylim=(0, 1.02), xlabel="d_k", ylabel="mean largest weight",
+             title=f"attention over {num_keys} keys: unscaled, it saturates")
+    peak.legend(fontsize=8)
+    return figure
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §3.1, §5.4 the sublayer connection
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def sublayer_connection_figure():
+    """|Sublayer(x)| / |x| per sublayer and the gradient norm per layer of fresh 6+6 models: post-norm with
+    Xavier-uniform and with DeepNet's initialisation, pre-norm with Xavier-uniform."""
+    starts = demo.sublayer_starts()
+    figure, (updates, gradients) = _figure(2, width=5.5)
+    for start in starts:
+        updates.plot(range(1, len(start.update_ratios) + 1), start.update_ratios, "o-", ms=3, label=start.label)
+        gradients.plot(range(1, len(start.gradient_norms) + 1), start.gradient_norms, "o-", ms=3, label=start.label)
+    encoder_sublayers = sum(name.startswith("encoder") for name in starts[0].sublayers)
+    updates.axvline(encoder_sublayers + 0.5, color="grey", ls=":")
+    updates.set(xlabel=f"sublayer (encoder 1-{encoder_sublayers}, then decoder)", ylabel="|Sublayer(x)| / |x|",
+                title="how far each sublayer moves its input, at the start")
+    updates.legend(fontsize=8)
+    layers = len(starts[0].layers) // 2
+    gradients.axvline(layers + 0.5, color="grey", ls=":")
+    gradients.set_xticks(range(1, 2 * layers + 1), [name.replace("encoder ", "E").replace("decoder ", "D")
+                                                    for name in starts[0].layers])
+    gradients.set(xlabel="layer", ylabel="gradient norm", title="gradient of each layer, first step")
+    gradients.legend(fontsize=8)
+    return figure
+
+
+def layer_norm_batch_norm_figure():
+    """Which axis each normalisation reads, on an embedded padded batch, and what padding does to each."""
+    result = demo.layer_norm_against_batch_norm()
+    tokens = result.hidden_states.reshape(-1, result.hidden_states.shape[-1]).numpy()
+    padding = result.attention_mask.reshape(-1).numpy() == 0
+    figure, (grid, changes) = _figure(2)
+    grid.imshow(tokens, aspect="auto", cmap="RdBu", vmin=-3, vmax=3)
+    for row in np.flatnonzero(padding):
+        grid.axhspan(row - 0.5, row + 0.5, facecolor="lightgrey", alpha=0.85, hatch="//", lw=0)
+    grid.axhline(result.hidden_states.shape[1] - 0.5, color="black", lw=1)
+    from matplotlib.patches import Rectangle  # matplotlib is there: _figure required it
+
+    grid.add_patch(Rectangle((-0.5, 1.5), tokens.shape[1], 1, fill=False, ec="black", lw=2))
+    grid.add_patch(Rectangle((4.5, -0.5), 1, tokens.shape[0], fill=False, ec="darkorange", lw=2))
+    grid.text(tokens.shape[1] - 1, 7, "LayerNorm: one token,\nevery feature", ha="right", fontsize=8,
+              bbox=dict(facecolor="white", edgecolor="black"))
+    grid.text(6.5, 10, "BatchNorm: one feature,\nevery token (padding too)", fontsize=8, color="darkorange",
+              bbox=dict(facecolor="white", edgecolor="darkorange"))
+    grid.set(xlabel="feature (d_model)", ylabel="token: A's 12, then B's 12",
+             title="a batch of A (4 tokens) and B (7) padded to 12:\nembedded, padding hatched")
+    names = list(result.layer_norm)[1:]
+    x = np.arange(len(names))
+    for shift, (label, normalised) in zip((-0.2, 0.2), (("LayerNorm", result.layer_norm),
+                                                        ("BatchNorm", result.batch_norm))):
+        change = [(normalised[name] - normalised["alone"]).abs().max().item() for name in names]
+        changes.bar_label(changes.bar(x + shift, change, width=0.4, label=label), fmt="%.2f", fontsize=8)
+    changes.set_xticks(x, ["A beside B\n(padded to 7)", "A beside B\n(padded to 12)"])
+    changes.set(ylabel="largest change of A's normalised values", title="A normalised alone, then in a batch")
+    changes.legend(fontsize=8)
+    return figure
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# §5.3, §5.1, §5.4 training
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+BUDGETS = (1024, 2048, 4096, 8192)
+
+
+def token_budget_batches_figure(shown_budget: int = 4096):
+    """Padding of token-budget batches against random batches of the same mean size, and each budget batch's size
+    against its longest source."""
+    source, target = demo.example_lengths()
+    comparisons = [demo.padding_comparison(budget, source, target) for budget in BUDGETS]
+    figure, (bars, sizes) = _figure(2)
+    x = np.arange(len(BUDGETS))
+    bars.bar(x - 0.2, [100 * c.random_padding for c in comparisons], width=0.4, label="random batches")
+    bars.bar(x + 0.2, [100 * c.budget_padding for c in comparisons], width=0.4, label="token budget")
+    bars.set_xticks(x, [f"{budget}\n({c.pairs_per_batch:.0f} pairs)" for budget, c in zip(BUDGETS, comparisons)])
+    bars.set(xlabel="max_tokens (mean pairs per batch)", ylabel="padding, % of the padded tokens",
+             title="29,000 Multi30k-like pairs")
+    bars.set_ylim(0, 70)
+    bars.legend(fontsize=8, loc="upper left")
+    shown = comparisons[BUDGETS.index(shown_budget)]
+    sizes.scatter(shown.longest_sources, shown.batch_sizes, s=10)
+    lengths = np.arange(3, max(shown.longest_sources) + 1)
+    sizes.plot(lengths, shown_budget / lengths, ":", color="grey", label=f"{shown_budget} / length")
+    sizes.set(xlabel="longest source in the batch", ylabel="pairs in the batch",
+              title=f"the {shown.batches} batches of max_tokens {shown_budget}")
+    sizes.legend(fontsize=8)
+    return figure
+
+
+def noam_schedule_figure(steps: int = 20000):
+    """`noam_learning_rate` for a few (d_model, warmup_steps), as The Annotated Transformer draws it."""
+    figure, (axes,) = _figure(1, width=6.5)
+    for d_model, warmup_steps in demo.NOAM_SETTINGS:
+        axes.plot(range(1, steps + 1), demo.noam_curve(d_model, warmup_steps, steps),
+                  label=f"d_model {d_model}, warmup {warmup_steps}")
+    axes.set(xlabel="step", ylabel="learning rate (factor 1)",
+             title="lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5)")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def label_smoothing_figure(epsilon: float = 0.4, vocab_size: int = 8, gold_ids=(4, 6, 5, 7, 2)):
+    """The smoothed target distribution q for a few gold tokens, and the loss against the model's confidence in the
+    gold token, as The Annotated Transformer draws them."""
+    targets = demo.smoothed_targets(gold_ids, vocab_size, epsilon).numpy()
+    figure, (heatmap, losses) = _figure(2)
+    image = heatmap.imshow(targets, cmap="viridis", vmin=0, vmax=1)
+    heatmap.set_xticks(range(vocab_size), token_names(range(vocab_size)))
+    heatmap.set_yticks(range(len(gold_ids)), [f"gold {name}" for name in token_names(gold_ids)])
+    heatmap.set(xlabel="token", title=f"target distribution q, epsilon = {epsilon}, V = {vocab_size}")
+    figure.colorbar(image, ax=heatmap, shrink=0.8)
+    confidences = np.linspace(0.02, 0.999, 400)
+    for smoothing in (0.0, 0.1, epsilon):
+        loss = demo.loss_against_confidence(confidences, smoothing)
+        line = losses.plot(confidences, loss, label=f"epsilon = {smoothing}")[0]
+        losses.plot(confidences[loss.argmin()], loss.min(), "o", color=line.get_color())
+    losses.set(xlabel="probability the model gives the gold token", ylabel="loss (KL(q || p))", ylim=(0, 3),
+               title="loss against confidence, V = 8:\nleast at 1 - epsilon")
+    losses.legend(fontsize=8)
+    return figure
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The copy task
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def copy_task_attention_figure():
+    """Encoder-decoder attention of the last layer of the copy task's model, trained here, for a new sequence."""
+    result = demo.copy_task_attention()
+    return attention_figure(
+        result.cross_attention, range(result.cross_attention.shape[0]), token_names(result.decoder_input),
+        token_names(result.source),
+        f"Copy task, encoder-decoder attention, last layer (greedy accuracy {100 * result.accuracy:.1f}%)",
+    )
+
+
+FIGURES: dict[str, Callable] = {  # in the page's order
+    "positional_encoding": positional_encoding_figure,
+    "relative_positions": relative_positions_figure,
+    "masks": masks_figure,
+    "attention_scaling": attention_scaling_figure,
+    "sublayer_connection": sublayer_connection_figure,
+    "layer_norm_batch_norm": layer_norm_batch_norm_figure,
+    "token_budget_batches": token_budget_batches_figure,
+    "noam_schedule": noam_schedule_figure,
+    "label_smoothing": label_smoothing_figure,
+    "copy_task_attention": copy_task_attention_figure,
+}
+TRAINED = {"copy_task_attention"}  # the figures that train a model first (seconds, not a fraction of one)
+
+
+def write_figures(output_dir: str | os.PathLike, names: Sequence[str] | None = None, dpi: int = DPI) -> list[Path]:
+    """Write `<name>.png` into `output_dir` for each of `names` (default: every figure); return the paths."""
+    require_matplotlib()
+    names = list(FIGURES) if names is None else list(names)
+    unknown = [name for name in names if name not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {', '.join(unknown)}: choose from {', '.join(FIGURES)}")
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    paths = []
+    with torch.random.fork_rng():  # figures that train leave the caller's random state as it was
+        for name in names:
+            path = Path(output_dir) / f"{name}.png"
+            FIGURES[name]().savefig(path, dpi=dpi)
+            paths.append(path)
+    return paths
+
+
+__all__ = [
+    "DPI",
+    "FIGURES",
+    "TRAINED",
+    "attention_scaling_figure",
+    "copy_task_attention_figure",
+    "label_smoothing_figure",
+    "layer_norm_batch_norm_figure",
+    "masks_figure",
+    "noam_schedule_figure",
+    "positional_encoding_figure",
+    "relative_positions_figure",
+    "sublayer_connection_figure",
+    "token_budget_batches_figure",
+    "token_names",
+    "write_figures",
+]

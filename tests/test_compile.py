@@ -1,0 +1,138 @@
+"""torch.compile takes the model whole: the training forward and backward, the evaluation forward and generate()'s
+static-cache decoding step compile with no graph break, give eager's loss, gradients and tokens, and batches padded
+to a bucket of lengths compile a bounded number of times."""
+
+import pytest
+import torch
+from model_helpers import VOCAB, assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
+from torch._dynamo.testing import CompileCounter
+from transformers import CompileConfig
+
+from modeling import input_checks
+
+
+def batch(lengths, padded_to: int = 8, seed: int = 0):
+    """Source ids right-padded to a multiple of `padded_to`, with labels one longer (as the collator makes them)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = -(-max(lengths) // padded_to) * padded_to
+    input_ids = torch.randint(4, VOCAB, (len(lengths), width), generator=generator)
+    attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    labels = torch.randint(4, VOCAB, (len(lengths), width + 1), generator=generator)
+    return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "evaluation"])
+def test_the_forward_compiles_as_one_graph(training):
+    model = tiny_model(seed=1).train(training)
+    explanation = torch._dynamo.explain(lambda inputs: model(**inputs).loss)(batch([5, 8, 3]))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+
+def test_compiled_training_gives_eagers_loss_and_gradients():
+    eager = tiny_model(seed=1, dropout=0.0).train()
+    compiled_model = tiny_model(seed=1, dropout=0.0).train()
+    compiled = torch.compile(compiled_model, backend="aot_eager", fullgraph=True)
+    inputs = batch([5, 8, 3])
+    eager_loss = eager(**inputs).loss
+    compiled_loss = compiled(**inputs).loss
+    eager_loss.backward()
+    compiled_loss.backward()
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
+    for (name, expected), (_, parameter) in zip(eager.named_parameters(), compiled_model.named_parameters()):
+        torch.testing.assert_close(parameter.grad, expected.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_batches_of_mixed_lengths_compile_a_bounded_number_of_times():
+    """Lengths padded to multiples of 8 (--pad_to_multiple_of 8, which --torch_compile sets): the first length
+    compiles, the second compiles once more with dynamic lengths, and no later one compiles again."""
+    model = tiny_model(seed=1).train()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    lengths = [5, 7, 9, 12, 16, 17, 23, 24, 31, 8, 6]
+    for length in lengths:
+        compiled(**batch([length, max(1, length - 3)])).loss.backward()
+    buckets = len({-(-length // 8) for length in lengths})
+    assert counter.frame_count <= 2 < buckets
+
+
+def test_a_compiled_forward_checks_no_token_id_on_the_host(monkeypatch):
+    """Inside a compiled graph the ids are not read back (no device sync, no graph break): compiled training checks
+    them on the host, where the batches are made (`TransformerSeq2SeqTrainer`)."""
+    syncs = []
+    ranges = input_checks._token_id_ranges
+    monkeypatch.setattr(input_checks, "_token_id_ranges", lambda tensors: syncs.append(len(tensors)) or ranges(tensors))
+    model = tiny_model(seed=1).train()
+    torch.compile(model, backend="aot_eager", fullgraph=True)(**batch([5, 8, 3])).loss.backward()
+    assert syncs == []
+    model(**batch([5, 8, 3]))
+    assert syncs == [3]  # eager: labels, source and decoder inputs, in one sync
+
+
+def test_generate_compiles_the_static_cache_decoding_step_whole_and_gives_eagers_tokens():
+    """fullgraph=True: a graph break in the decoding step would be an error, not a silent fallback."""
+    model = trained_to_copy(generating_model(), steps=30)
+    input_ids, attention_mask = padded_batch()
+    settings = dict(max_new_tokens=6, cache_implementation="static", num_beams=1, do_sample=False)
+    eager = model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings)
+    assert_varied(eager)
+    model.generation_config.compile_config = CompileConfig(fullgraph=True)
+    model.generation_config.compile_config._compile_all_devices = True  # transformers compiles on GPUs only, else
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    for _ in range(2):
+        assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings), eager)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+# ---- compiled training through the Trainer --------------------------------------------------------------------------
+
+
+def test_compiled_training_pads_to_buckets_reports_its_compile_time_and_checks_ids_on_the_host(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
+
+    output_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, str(TRAIN_SCRIPT), *QUICK, "--torch_compile_backend", "aot_eager", "--max_steps", "24",
+         "--eval_steps", "12", "--save_steps", "12", "--max_eval_samples", "8", "--max_test_samples", "8",
+         "--output_dir", str(output_dir)],
+        cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV}, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((output_dir / "train_results.json").read_text())
+    assert 0 < metrics["train_compile_seconds"] < metrics["train_runtime"]
+    assert 1 <= metrics["train_compiled_graphs"] <= 4  # forward and backward, a static and a dynamic length at most
+    args = torch.load(output_dir / "training_args.bin", weights_only=False)
+    assert args.torch_compile and args.pad_to_multiple_of == 8
+    losses = [entry["loss"] for entry in json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+              if "loss" in entry]
+    assert len(losses) == 24 and losses[-1] < losses[0] / 2  # it trained
+
+
+def test_the_compiled_runs_collator_refuses_an_id_the_model_cannot_look_up():
+    from transformers import DataCollatorForSeq2Seq
+
+    from modeling.tokenization import train_tokenizer
+    from modeling.training.trainer import TokenIdsChecked
+
+    tokenizer = train_tokenizer(["1 2 3", "4 5 6"], vocab_size=270)
+    model = tiny_model(seed=1)
+    collator = TokenIdsChecked(DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100), model.config)
+    fine = collator([{"input_ids": [5, 6, 2], "labels": [7, 2]}, {"input_ids": [5, 2], "labels": [8, 9, 2]}])
+    assert fine["labels"][0, -1] == -100
+    with pytest.raises(ValueError, match=rf"^`labels` holds the token id {VOCAB}, outside the vocabulary"):
+        collator([{"input_ids": [5, 6, 2], "labels": [VOCAB, 2]}])
