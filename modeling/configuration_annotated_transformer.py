@@ -103,6 +103,15 @@ class AnnotatedTransformerConfig(PretrainedConfig):
             self.src_vocab_size = self.vocab_size
         super().__post_init__(**kwargs)
 
+    def __setattr__(self, name, value):
+        # Tied, the source vocabulary is the vocabulary: a new `vocab_size` (`config.vocab_size = n`, as transformers'
+        # own tests and tools set it) carries `src_vocab_size` with it.
+        following = (name == "vocab_size" and self.__dict__.get("tie_word_embeddings")
+                     and self.__dict__.get("src_vocab_size") == self.__dict__.get("vocab_size"))
+        super().__setattr__(name, value)
+        if following:
+            super().__setattr__("src_vocab_size", value)
+
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "AnnotatedTransformerConfig":
         """Build a config from a named size ("tiny", "base", "big"); keyword arguments override the preset."""

@@ -2,8 +2,15 @@
 
 safetensors cannot execute code, but it has no checksum: a truncated file fails with a message that names no file,
 and a flipped bit in the tensor data loads silently. So every save writes the digests (in `sha256sum` format, so
-`sha256sum -c checksums.sha256` checks a folder too), and every load first checks that each weights file is
-complete and, where digests exist, unchanged, naming the file that is not.
+`sha256sum -c checksums.sha256` checks a folder too), and every load first checks each weights file:
+
+- refused (`CorruptWeightsError`, naming the file): a file that is missing, truncated, longer than its header
+  describes, or whose header is not a safetensors header (not JSON, a tensor without a known dtype, a shape that does
+  not fit its byte range, byte ranges with holes or overlaps);
+- warned about, and loaded: a complete file whose SHA-256 differs from the saved digest (rewritten by another tool, a
+  converter, safetensors itself, an upload; or a flipped bit in the tensor data), and a checksum file that cannot be
+  read or lists no digest for a file. `weights_problem(folder)`, which resuming and the Hub upload use, counts those
+  as problems too.
 
 This file travels to the Hub with the modeling code (a relative import of it): standard library only.
 """
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import struct
 from pathlib import Path
@@ -19,6 +27,8 @@ from pathlib import Path
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 CHECKSUMS_NAME = "checksums.sha256"
+
+logger = logging.getLogger(__name__)
 
 
 class CorruptWeightsError(OSError):
@@ -59,9 +69,15 @@ def write_checksums(folder: str | os.PathLike) -> Path:
     return folder / CHECKSUMS_NAME
 
 
+# Bytes per element of each safetensors dtype (sub-byte and unknown dtypes are checked for their byte range only).
+DTYPE_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+
+
 def safetensors_problem(path: Path) -> str | None:
-    """Why `path` is not a complete safetensors file (None if it is): the 8-byte header size, the JSON header and
-    the data it describes must all be there, and nothing after it."""
+    """Why `path` is not a complete safetensors file (None if it is): the 8-byte header size, a JSON header whose
+    tensors each have a dtype, a shape and a byte range that fits it, ranges that tile the data without a hole or an
+    overlap, and the data they describe, with nothing after it."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as file:
@@ -78,19 +94,38 @@ def safetensors_problem(path: Path) -> str | None:
         return "its header is not valid JSON: the file is corrupt or not safetensors"
     if not isinstance(header, dict):
         return "its header is not a JSON object: the file is corrupt or not safetensors"
-    try:
-        tensors = [entry for name, entry in header.items() if name != "__metadata__"]
-        data_end = max((entry["data_offsets"][1] for entry in tensors), default=0)
-    except (TypeError, KeyError, IndexError):
-        return "its header does not describe tensors: the file is corrupt or not safetensors"
-    expected = 8 + header_size + data_end
+    ranges = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            if not (isinstance(dtype, str) and all(isinstance(n, int) and n >= 0 for n in [*shape, begin, end])
+                    and begin <= end):
+                raise ValueError
+        except (TypeError, KeyError, ValueError):
+            return f"its header does not describe the tensor {name!r}: the file is corrupt or not safetensors"
+        elements = 1
+        for n in shape:
+            elements *= n
+        if dtype in DTYPE_SIZES and end - begin != elements * DTYPE_SIZES[dtype]:
+            return (f"its header gives the tensor {name!r} ({dtype}, shape {shape}) {end - begin} bytes, not "
+                    f"{elements * DTYPE_SIZES[dtype]}: the header is corrupt")
+        ranges.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(ranges):
+        if begin != position:
+            return f"its header leaves a hole or an overlap before the tensor {name!r}: the header is corrupt"
+        position = end
+    expected = 8 + header_size + position
     if size != expected:
         return f"{size} bytes where its header describes {expected}: {'truncated' if size < expected else 'corrupt'}"
     return None
 
 
-def weights_problem(folder: str | os.PathLike) -> str | None:
-    """Why the weights of a model folder cannot be trusted (None if they can), naming the file."""
+def incomplete_weights(folder: str | os.PathLike) -> str | None:
+    """Why the weights of a model folder cannot be loaded at all (None if they can), naming the file: missing, or
+    not a complete safetensors file."""
     folder = Path(folder)
     try:
         files = weight_files(folder)
@@ -102,37 +137,54 @@ def weights_problem(folder: str | os.PathLike) -> str | None:
         problem = safetensors_problem(path)
         if problem is not None:
             return f"{path} is not a complete safetensors file: {problem}"
-    checksums = folder / CHECKSUMS_NAME
-    if checksums.is_file():
-        expected = {}
-        for number, line in enumerate(checksums.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if line.strip():
-                parts = line.split(maxsplit=1)
-                if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdef" for c in parts[0]):
-                    return (
-                        f"{checksums} line {number} is not '<SHA-256>  <file>': the checksum file is corrupt, so "
-                        "the weights cannot be checked (sha256sum -c shows the same)"
-                    )
-                expected[parts[1].removeprefix("*")] = parts[0]  # "*name": sha256sum's binary mode
-        for path in files:
-            if path.name not in expected:
-                return (
-                    f"{checksums} has no SHA-256 for {path.name}, so it cannot be checked: write the file again "
-                    f"(`sha256sum {path.name} > {CHECKSUMS_NAME}` in the folder) or delete it"
-                )
-            if sha256(path) != expected[path.name]:
-                return (
-                    f"{path} does not match its SHA-256 in {checksums}: the file changed after it was saved "
-                    f"(corrupted on disk or in transfer); delete {CHECKSUMS_NAME} only if the change was yours"
-                )
     return None
 
 
+def checksum_findings(folder: str | os.PathLike) -> list[str]:
+    """What the folder's `checksums.sha256` says of its (complete) weights files: each that differs from its saved
+    digest, or that it cannot vouch for (no such line, or an unreadable file); none without a checksum file."""
+    folder = Path(folder)
+    checksums = folder / CHECKSUMS_NAME
+    if not checksums.is_file():
+        return []
+    expected = {}
+    for number, line in enumerate(checksums.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if line.strip():
+            parts = line.split(maxsplit=1)
+            if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdef" for c in parts[0]):
+                return [f"{checksums} line {number} is not '<SHA-256>  <file>': the checksum file is corrupt, so the "
+                        "weights cannot be checked (sha256sum -c shows the same)"]
+            expected[parts[1].removeprefix("*")] = parts[0]  # "*name": sha256sum's binary mode
+    findings = []
+    for path in weight_files(folder):
+        if path.name not in expected:
+            findings.append(f"{checksums} has no SHA-256 for {path.name}, so it cannot be checked: write the file "
+                            f"again (`sha256sum {path.name} > {CHECKSUMS_NAME}` in the folder) or delete it")
+        elif sha256(path) != expected[path.name]:
+            findings.append(f"{path} does not match its SHA-256 in {checksums}: the file changed after it was saved "
+                            "(rewritten by another tool, such as a converter or an upload, or corrupted on disk or in "
+                            f"transfer); delete {CHECKSUMS_NAME} if the change was yours")
+    return findings
+
+
+def weights_problem(folder: str | os.PathLike) -> str | None:
+    """Why the weights of a model folder cannot be trusted (None if they can), naming the file: incomplete, or not
+    what its checksum file says (resuming and the Hub upload refuse both)."""
+    problem = incomplete_weights(folder)
+    if problem is not None:
+        return problem
+    findings = checksum_findings(folder)
+    return findings[0] if findings else None
+
+
 def verify_weights(folder: str | os.PathLike) -> None:
-    """Raise `CorruptWeightsError` naming the file if the weights of `folder` are incomplete or changed."""
-    problem = weights_problem(folder)
+    """Before loading: raise `CorruptWeightsError` naming the file if the weights of `folder` are incomplete; warn,
+    naming it, where a complete file is not what the checksum file says (loaded as it is)."""
+    problem = incomplete_weights(folder)
     if problem is not None:
         raise CorruptWeightsError(problem)
+    for finding in checksum_findings(folder):
+        logger.warning("%s; loading it as it is", finding)
 
 
 __all__ = [
@@ -140,6 +192,8 @@ __all__ = [
     "WEIGHTS_INDEX_NAME",
     "WEIGHTS_NAME",
     "CorruptWeightsError",
+    "checksum_findings",
+    "incomplete_weights",
     "safetensors_problem",
     "verify_weights",
     "weight_files",

@@ -409,8 +409,8 @@ def test_the_command_line_runs_with_the_evaluate_library_despite_its_name(model_
 
 
 @pytest.mark.parametrize("script", ["translate.py", "evaluate.py"])
-def test_weights_changed_on_disk_are_named_in_one_line_and_nothing_is_written(
-    script, model_dir, tmp_path, monkeypatch, capsys
+def test_weights_changed_on_disk_are_named_in_a_warning_and_the_script_goes_on(
+    script, model_dir, tmp_path, monkeypatch, capsys, caplog
 ):
     changed = tmp_path / "model"
     shutil.copytree(model_dir, changed)
@@ -419,15 +419,13 @@ def test_weights_changed_on_disk_are_named_in_one_line_and_nothing_is_written(
     (changed / "model.safetensors").write_bytes(bytes(weights))
     source = tmp_path / "s.txt"
     source.write_text("1 2\n")
-    before = sorted(tmp_path.rglob("*"))
     arguments = {"translate.py": ["--input", source, "--output", tmp_path / "out.txt"],
                  "evaluate.py": ["--source", source, "--reference", source]}[script]
     monkeypatch.setattr(sys, "argv", [script, *map(str, [changed, *arguments])])
-    with pytest.raises(SystemExit) as exit_info:
+    with caplog.at_level("WARNING"):
         runpy.run_path(str(REPO_ROOT / "scripts" / script), run_name="__main__")
-    assert exit_info.value.code == 2
-    assert_one_line_error(capsys.readouterr().err, script, r"model\.safetensors does not match its SHA-256")
-    assert sorted(tmp_path.rglob("*")) == before
+    assert f"{changed / 'model.safetensors'} does not match its SHA-256" in caplog.text
+    assert script == "evaluate.py" or (tmp_path / "out.txt").read_text().count("\n") == 1
 
 
 def test_model_files_that_load_but_do_not_fit_are_named_without_a_traceback(model_dir, tmp_path, monkeypatch, capsys):

@@ -15,6 +15,7 @@ ALLOWED = {
     "inference": {"root", "common", "data"},
     "training": {"root", "common", "data", "inference"},
     "benchmarking": {"root", "common", "data", "inference", "training"},
+    "learning": {"root", "common", "data", "inference", "training"},
 }
 # The model's files that go to the Hub (custom code): only torch, transformers, huggingface_hub, the standard library
 TRAVELLING_THIRD_PARTY = {"torch", "transformers", "huggingface_hub", "tokenizers", "safetensors"}

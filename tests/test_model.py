@@ -8,7 +8,7 @@ from model_helpers import VOCAB, enable_checkpointing, padded_batch, tiny_config
 from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils.output_capturing import OutputRecorder
 
-from modeling import AnnotatedTransformerModel, input_checks
+from modeling import AnnotatedTransformerForConditionalGeneration, AnnotatedTransformerModel, input_checks
 from modeling.initialization import deepnet_gains
 from modeling.modeling_annotated_transformer import (
     SublayerConnection,
@@ -414,3 +414,22 @@ def test_generate_refuses_fewer_than_one_beam(num_beams):
     input_ids, attention_mask = padded_batch()
     with pytest.raises(ValueError, match=rf"`num_beams` must be >= 1 .*got {num_beams}"):
         tiny_model().generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=3)
+
+
+def test_a_tied_config_resized_then_given_a_new_vocab_size_builds_a_model_as_transformers_tests_do():
+    """transformers' common test resizes a model (which resizes its config, shared with the test), then sets
+    `config.vocab_size = 4` alone and builds another model: tied, the source vocabulary follows."""
+    config = tiny_config()
+    model = AnnotatedTransformerForConditionalGeneration(config)
+    embeddings = model.resize_token_embeddings(config.vocab_size + 10)
+    assert embeddings.weight.shape[0] == config.vocab_size == config.src_vocab_size == VOCAB + 10
+    config.vocab_size = 4
+    config.pad_token_id = 3
+    small = AnnotatedTransformerForConditionalGeneration(config)
+    assert small.config.src_vocab_size == 4 and small.model.shared.weight.shape[0] == 4
+    small.resize_token_embeddings(14)
+    ids = torch.randint(3, 14, (2, 5))
+    assert small(input_ids=ids, labels=ids).logits.shape[-1] == 14
+    untied = tiny_config(tie_word_embeddings=False, src_vocab_size=30)
+    untied.vocab_size = 50  # untied, the two vocabularies stay apart
+    assert untied.src_vocab_size == 30

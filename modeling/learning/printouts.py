@@ -122,10 +122,9 @@ def feed_forward() -> str:
 
 def decoder_layer() -> str:
     layer = AnnotatedTransformerDecoderLayer(AnnotatedTransformerConfig.from_preset("base", vocab_size=100), 0)
-    counts = [(name, f"{sum(p.numel() for p in child.parameters()):,}") for name, child in layer.named_children()]
-    return f"{layer}\n\n" + _table(("parameters", ""), [*counts, ("total", f"{layer.num_parameters():,}"
-                                                                    if hasattr(layer, "num_parameters") else
-                                                                    f"{sum(p.numel() for p in layer.parameters()):,}")])
+    counts = [(name, sum(p.numel() for p in child.parameters())) for name, child in layer.named_children()]
+    counts.append(("total", sum(count for _, count in counts)))
+    return f"{layer}\n\n" + _table(("parameters", ""), [(name, f"{count:,}") for name, count in counts])
 
 
 def weight_tying() -> str:
