@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MANUAL = ["training", "data", "results", "performance", "guarantees", "architecture", "experiments"]
+MANUAL = ["training", "data", "results", "performance", "guarantees", "architecture", "experiments", "annotated"]
 USER_PAGES = [README, ROOT / "model_card.md", *(ROOT / "docs" / f"{page}.md" for page in MANUAL)]
 
 
