@@ -147,10 +147,11 @@ def test_multi30k_lines_round_trip_in_all_four_languages(multi30k_dir, multi30k_
               f" exactly; {changed} changed by NFKC")
 
 
-def test_training_on_29k_multi30k_pairs_is_fast(multi30k_tokenizer):
-    print(f"joint de+en BPE (8000 tokens) trained on 29,000 pairs in {multi30k_tokenizer.seconds:.1f}s")
-    assert len(multi30k_tokenizer.tokenizer) == 8000
-    assert multi30k_tokenizer.seconds < 30
+def test_a_joint_bpe_trained_on_the_29k_multi30k_pairs_has_the_asked_vocabulary(multi30k_tokenizer):
+    """How long it takes is the data benchmark's to say (`scripts/benchmark.py --only data`), not a unit test's."""
+    tokenizer = multi30k_tokenizer.tokenizer
+    assert len(tokenizer) == 8000
+    assert tokenizer.convert_ids_to_tokens([0, 1, 2, 3]) == ["<pad>", "<s>", "</s>", "<unk>"]
 
 
 def test_training_from_plain_and_gzip_files_equals_training_from_strings(tmp_path):

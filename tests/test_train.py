@@ -69,7 +69,7 @@ def ddp_run(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("ddp") / "model"
     result = accelerate_launch(
         ["--multi_gpu", "--num_processes", "2", "--mixed_precision", "no"],
-        [*QUICK, "--output_dir", str(output_dir), "--max_steps", "6", "--eval_steps", "3", "--save_steps", "3",
+        [*QUICK, "--output_dir", str(output_dir), "--max_steps", "150", "--eval_steps", "75", "--save_steps", "75", "--warmup_steps", "60",
          "--max_eval_samples", str(EVAL_SIZE), "--max_test_samples", str(TEST_SIZE), "--per_device_eval_batch_size",
          "2", "--generation_num_beams", "2", "--report_to", "tensorboard"],
         env={"OMP_NUM_THREADS": "1"},
@@ -81,7 +81,7 @@ def test_two_process_run_trains_evaluates_and_saves(ddp_run):
     output_dir, result = ddp_run
     assert re.search(r"2 process\(es\) on cpu \(MULTI_CPU, fp32, \d+ thread\(s\)\)", result.stdout)  # DDP, gloo
     state = json.loads((output_dir / "trainer_state.json").read_text())
-    assert state["global_step"] == 6
+    assert state["global_step"] == 150
     results = json.loads((output_dir / "all_results.json").read_text())
     # Gathering padded the 7 and 5 sentences to 8 and 6 predictions; the scores cover exactly the sets.
     assert results["eval_sentences"] == EVAL_SIZE and results["test_sentences"] == TEST_SIZE
@@ -117,7 +117,7 @@ def test_uploaded_contents_load_with_auto_classes_in_a_fresh_process_and_reprodu
     )
     # The 2-process evaluation scored exactly the 7 validation sentences, as this single-process run does.
     reported = json.loads((output_dir / "eval_results.json").read_text())
-    assert fresh["bleu"] == pytest.approx(reported["eval_bleu"], abs=1e-3)
+    assert fresh["bleu"] > 0 and fresh["bleu"] == pytest.approx(reported["eval_bleu"], abs=1e-3)  # trained enough
     assert fresh["exact_match"] == pytest.approx(reported["eval_exact_match"], abs=1e-3)
 
 
