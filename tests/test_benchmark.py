@@ -718,3 +718,29 @@ def test_the_ctranslate2_section_is_skipped_with_a_reason_where_it_is_not_instal
     results = run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
     assert results["ctranslate2"] == {"skipped": run.CTRANSLATE2_MISSING} and "errors" not in results
     assert "ctranslate2: skipped, ctranslate2 is not installed" in format_table(results)
+
+
+@pytest.mark.slow  # compiles each model three times (about 40 s on 2 cores)
+def test_the_compile_section_sets_each_model_eager_and_compiled_side_by_side(tmp_path, monkeypatch):
+    """`--only compile`: one run trains each model eager and through torch.compile; the compiled first epoch gives
+    its compile seconds and its speed with them left out, and every figure is set against Marian eager."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = [*tiny_arguments(tmp_path, "--compile_backend", "aot_eager", "--label_smoothing", "0.1"),
+                 "--only", "compile"]
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    assert settings.compile is False  # the section compiles its own half, not the whole run
+    results = run_benchmark(settings, train_script=None, log=lambda message: None)
+    assert "errors" not in results and "train" not in results
+    compared = results["compile"]["tiny"]["label_smoothing_0.1"]
+    assert "compile_seconds" not in compared["eager"]["first_epoch"]["ours"]
+    compiled = compared["compiled"]["first_epoch"]["ours"]
+    assert 0 < compiled["compile_seconds"] < compiled["seconds"][0]
+    assert compiled["after_compiling"]["target_tokens_per_s"] > compiled["target_tokens_per_s"]
+    rows = compared["side_by_side"]
+    assert list(rows) == [label for label, _ in training_speed.SIDE_BY_SIDE]
+    steady = rows["steady target tokens/s"]
+    assert steady["ratio to marian eager"]["marian eager"] == 1
+    assert steady["ours compiled"] == compared["compiled"]["steady"]["ours"]["target_tokens_per_s"]
+    assert rows["compile seconds (first epoch)"]["ours eager"] is None
+    table = format_table(results)
+    assert "ours compiled / marian eager" in table and "label_smoothing_0.1: steady target tokens/s" in table

@@ -101,6 +101,7 @@ def format_table(results: dict) -> str:
                 rows.append(("data", "", f"{name} to setup done / first step s",
                              f"{data[key]['setup_seconds']:,.1f} / {data[key]['first_step_seconds']:,.1f}", "", ""))
     lines.extend(_aligned(rows))
+    lines.extend(_compile_table(results.get("compile")))
     lines.extend(_ctranslate2_table(results.get("ctranslate2")))
     lines.extend(f"FAILED {part}: {error}" for part, error in results.get("errors", {}).items())
     return "\n".join(lines)
@@ -152,6 +153,35 @@ def _profile_rows(rows, size: str, setting: str, profiled: dict, run: str = "pas
                  for value, m in zip(seconds, (ours, marian))]
         rows.append(("profile", size, f"  {kind}: ms (share)", *shown,
                      _ratio(seconds[0] / seconds[1] if seconds[1] else None)))
+
+
+def _compile_table(sizes: dict | None) -> list[str]:
+    """The compile section's rows: each figure of ours and Marian, eager and compiled, and ours compiled against
+    Marian eager (what a Seq2SeqTrainer user gets without compiling)."""
+    if not sizes:
+        return []
+    columns = ("ours eager", "marian eager", "ours compiled", "marian compiled")
+    rows = [("section", "size", "figure", *columns, "ours compiled / marian eager")]
+    for size, losses in sizes.items():
+        for loss, compared in losses.items():
+            for label, row in compared["side_by_side"].items():
+                rows.append(("compile", size, f"{loss}: {label}", *(_figure(row[name], label) for name in columns),
+                             _ratio(row["ratio to marian eager"].get("ours compiled"))))
+    return ["", *_aligned(rows)]
+
+
+def _figure(value, label: str) -> str:
+    if value is None:
+        return "-"
+    if "FLOP/s" in label:
+        return _flops(value)
+    if "share" in label:
+        return f"{100 * value:.1f}%"
+    if "bytes" in label:
+        return f"{value / MIB:,.0f} MiB"
+    if "seconds" in label:
+        return f"{value:,.1f}"
+    return f"{value:,.0f}"
 
 
 def _ctranslate2_table(sizes: dict | None) -> list[str]:

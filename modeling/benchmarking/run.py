@@ -24,7 +24,7 @@ from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
 from .measure import MemoryWatch, matmul_peak
 from .settings import BenchmarkSettings, configure_torch
-from .training_speed import benchmark_training_loss, loss_name
+from .training_speed import benchmark_eager_and_compiled, benchmark_training_loss, loss_name
 
 CTRANSLATE2_MISSING = "ctranslate2 is not installed (pip install -e '.[ctranslate2]')"
 
@@ -57,6 +57,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "threads": torch.get_num_threads(),
         "dtype": settings.dtype,
         "compiled_training": settings.compile,
+        "compile_backend": settings.compile_backend if settings.compile or "compile" in settings.sections else None,
         "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
         "memory_method": MemoryWatch(device).method,
         "torch": torch.__version__,
@@ -103,6 +104,12 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
         "train": lambda size: {
             (loss_name(smoothing),): functools.partial(
                 benchmark_training_loss, size, settings, lengths, peak, smoothing
+            )
+            for smoothing in settings.label_smoothing
+        },
+        "compile": lambda size: {
+            (loss_name(smoothing),): functools.partial(
+                benchmark_eager_and_compiled, size, settings, lengths, peak, smoothing
             )
             for smoothing in settings.label_smoothing
         },

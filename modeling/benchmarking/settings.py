@@ -16,7 +16,9 @@ from .lengths import FIRST_ORDINARY_ID
 from .measure import DTYPES
 from .models import SIZES
 
-SECTIONS = ("train", "generate", "ctranslate2", "data")
+SECTIONS = ("train", "generate", "ctranslate2", "data", "compile")
+# "compile" (each model eager and compiled, side by side) is asked for by name: it trains every setting twice.
+DEFAULT_SECTIONS = ("train", "generate", "ctranslate2", "data")
 DEVICES = ("cpu", "cuda")
 CACHES = ("dynamic", "static")  # generate()'s cache: a static one lets it compile the decoding step on a GPU
 DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
@@ -25,9 +27,10 @@ DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 
 # A default is taken from the first of: the command line, QUICK_DEFAULTS (with --quick), DEVICE_DEFAULTS, DEFAULTS.
 DEFAULTS = dict(
-    sections=list(SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
+    sections=list(DEFAULT_SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
-    vocab_size=8000, max_length=128, seed=0, compile=False, profile=False, cudnn_attention=True,
+    vocab_size=8000, max_length=128, seed=0, compile=False, compile_backend="inductor", profile=False,
+    cudnn_attention=True,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -68,6 +71,7 @@ class BenchmarkSettings:
     threads: int
     seed: int
     compile: bool
+    compile_backend: str
     profile: bool
     cudnn_attention: bool
     quick: bool
@@ -152,7 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--quick", action="store_true",
         help=f"A short run: {', '.join(f'{key} {_shown(value)}' for key, value in QUICK_DEFAULTS.items())} "
              "(under 5 minutes on 2 CPU cores); explicit flags still win.")
-    add("--only", dest="sections", nargs="+", metavar="SECTION", help=f"Sections to run: {' '.join(SECTIONS)} (all).")
+    add("--only", dest="sections", nargs="+", metavar="SECTION",
+        help=f"Sections to run: {' '.join(SECTIONS)} ({' '.join(DEFAULT_SECTIONS)}); compile trains each model eager "
+             "and through torch.compile in one run, side by side: steady and first-epoch speed, compile seconds, "
+             "FLOP/s, share of the measured peak, peak memory.")
     add("--sizes", nargs="+", metavar="SIZE",
         help=f"Model sizes: {' '.join(SIZES)} (CPU: small base; GPU: small base big).")
     add("--device", choices=DEVICES, help="cuda when available, else cpu.")
@@ -186,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--compile", action="store_true", default=None,
         help="Train both models through torch.compile (as the Trainer's --torch_compile does); the first epoch then "
              "includes the compilation (off).")
+    add("--compile_backend", help="torch.compile's backend for --compile and the compile section (inductor; "
+                                  "aot_eager compiles in seconds, for checks).")
     add("--profile", action="store_true", default=None,
         help="After the steady passes, one more per model under torch.profiler, and after each generation "
              "setting's timed calls one more call: its time by kind of work (matrix products, attention, the loss, "

@@ -29,6 +29,7 @@ the same time, and peak_fraction divides it by the measured matmul peak.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,7 +70,16 @@ def training_model(model):
 def stepped(model, settings: BenchmarkSettings):
     """The module a training step calls: `model`, or with `--compile` `torch.compile(model)` (the Trainer's
     --torch_compile; its parameters are the model's). Compile within `compiling`."""
-    return torch.compile(model) if settings.compile else model
+    return torch.compile(model, backend=settings.compile_backend) if settings.compile else model
+
+
+def compile_seconds() -> float:
+    """The seconds this process has spent compiling with torch.compile: dynamo's frames (their Inductor or AOT
+    compilation included) and the backward graphs compiled on their first call."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(sum(compilation_time_metrics.get(key, ())) for key in ("_compile.compile_inner",
+                                                                       "backward._backward_impl"))
 
 
 @contextlib.contextmanager
@@ -187,11 +197,13 @@ def fresh_training_run(spec: dict) -> dict:
         # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
         warm_up = _device_batches([([2], [2])], settings, device)[0]
         training_step(loss_of, optimizer, warm_up, device, settings.dtype)
+        compiled_before = compile_seconds()  # what the timed steps compile (the warm-up's graph is not theirs)
         step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
                         for batch in batches]
+        compiled = compile_seconds() - compiled_before  # before `compiling` resets what dynamo counted
     peak, training = memory.read()
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
-            "training_memory_bytes": training}
+            "training_memory_bytes": training, "compile_seconds": compiled}
 
 
 def steps_by_shape(step_seconds: list[list[float]], unseen: list[bool]) -> dict:
@@ -256,6 +268,10 @@ def benchmark_training_loss(
     for name, runs in first_runs.items():
         step_seconds = [run["step_seconds"] for run in runs]
         first_epoch[name] = {**rates(name, [run["seconds"] for run in runs]),
+                             **({"compile_seconds": statistics.median(run["compile_seconds"] for run in runs),
+                                 "after_compiling": rates(name, [run["seconds"] - run["compile_seconds"]
+                                                                 for run in runs])}
+                                if settings.compile else {}),
                              "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
                              "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
                              "step_seconds": step_seconds, **steps_by_shape(step_seconds, unseen)}
@@ -282,3 +298,45 @@ def benchmark_training_loss(
         "steady": comparison({name: rates(name, seconds) for name, seconds in steady_seconds.items()}),
         **({"profile": profiled} if profiled else {}),
     }
+
+
+# The figures the compile section sets side by side, each (name, where in a training result, lower is better).
+SIDE_BY_SIDE = (
+    ("steady target tokens/s", ("steady", "target_tokens_per_s")),
+    ("first epoch target tokens/s, compiling left out", ("first_epoch", "after_compiling", "target_tokens_per_s")),
+    ("first epoch target tokens/s", ("first_epoch", "target_tokens_per_s")),
+    ("compile seconds (first epoch)", ("first_epoch", "compile_seconds")),
+    ("steady FLOP/s", ("steady", "flops_per_s")),
+    ("steady share of the measured peak", ("steady", "peak_fraction")),
+    ("peak memory bytes", ("first_epoch", "peak_memory_bytes")),
+)
+
+
+def benchmark_eager_and_compiled(
+    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
+) -> dict:
+    """The training section's figures of one loss twice, eager and through torch.compile, and side by side: each
+    figure of ours and Marian, eager and compiled, as a ratio to Marian eager (what a Seq2SeqTrainer user gets)."""
+    runs = {
+        kind: benchmark_training_loss(size, dataclasses.replace(settings, compile=kind == "compiled"), lengths,
+                                      peak_flops_per_s, label_smoothing)
+        for kind in ("eager", "compiled")
+    }
+
+    def figure(kind: str, model: str, path: tuple[str, ...]):
+        node = runs[kind][path[0]][model]
+        for key in path[1:]:
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    side_by_side = {}
+    for label, path in SIDE_BY_SIDE:
+        row = {f"{model} {kind}": figure(kind, model, path) for kind in ("eager", "compiled")
+               for model in MODEL_NAMES}
+        reference = row["marian eager"]
+        row["ratio to marian eager"] = {
+            name: value / reference for name, value in row.items()
+            if isinstance(value, (int, float)) and isinstance(reference, (int, float)) and reference
+        }
+        side_by_side[label] = row
+    return {**runs, "side_by_side": side_by_side}
