@@ -50,10 +50,17 @@
 #    new shape is what makes a first epoch slow: its `step_seconds` against steady):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
-# 4. what compiling gains, eager and compiled on one machine (a compiled run compiles in fresh processes and again
-#    in its own):
-#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
-#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--compile
+# 4. the compiled issue's GPU parts (its points 3-5) in one lease, BENCHMARK_S=300 LEASE_S=700: ours and Marian,
+#    eager and compiled, side by side in one run (steady and first epoch once compiled, compile seconds, FLOP/s and
+#    share of the peak, peak memory; the targets: ours compiled >= 2x Marian eager and >= 1.3x Marian compiled, >= 30%
+#    of the peak at base, first epoch >= 0.9x steady once compiled), then serving: CTranslate2 bfloat16 and
+#    int8_bfloat16 against our generate() with the static (compiled) cache, greedy and beam 4, batches 128 and 512
+#    (targets: >= 4x Marian greedy, >= 3x beam 4), then the cuDNN cliff without cuDNN's attention:
+#    benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1
+#    benchmark:--sizes,base,--only,generate,ctranslate2,--caches,dynamic,static,--num_beams,1,4
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+#    Its JSON goes to benchmarks/results-gpu-<device>-compile.json and -serving.json, rendered into
+#    docs/performance.md by tables of the same shape as the CPU ones (performance-cpu-compile).
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;
 # for checks also checks.pytest.log, the tests' whole output)
 # and prints every step's state. Steps:
@@ -293,7 +300,7 @@ needs() {  # the seconds a step needs to be worth starting
         recipe:*) echo $(( recipe_tail + 120 )) ;;
         checks) echo 300 ;;
         tests:*) echo 120 ;;
-        *--compile*) echo 360 ;;
+        *--compile* | *,compile*) echo 360 ;;  # --compile, or the compile section (--only,compile)
         *) echo 180 ;;
     esac
 }

@@ -473,6 +473,36 @@ def _generation_table(benchmarks: Benchmarks, files: tuple[str, ...]) -> str:
                           "same tokens"), rows))
 
 
+def _compile_table(benchmarks: Benchmarks, files: tuple[str, ...]) -> str:
+    """Ours and Marian, eager and through torch.compile, from one run each (`scripts/benchmark.py --only compile`)."""
+    results = [benchmarks(file) for file in files]
+    columns = ("ours eager", "marian eager", "ours compiled", "marian compiled")
+    formats = {"tokens/s": _rate, "seconds": _seconds, "FLOP/s": _flops, "share": _percent, "bytes": _mib}
+    rows = []
+    for result in results:
+        for size, losses in result["compile"].items():
+            described = f"{_size(size)}, {result['settings']['max_tokens']:,}-token batches, {_lengths(result)}"
+            for loss in losses.values():
+                for label, row in loss["side_by_side"].items():
+                    shown = next(render for key, render in formats.items() if key in label)
+                    ratio = row["ratio to marian eager"].get("ours compiled")
+                    rows.append((described, label.replace(" bytes", ", MiB"),
+                                 *("-" if row[name] is None else shown(row[name]) for name in columns), _ratio(ratio)))
+                    described = ""
+    backend = _joined(result["environment"].get("compile_backend") for result in results)
+    method = (f"torch.compile with the {backend} backend (the Trainer's --torch_compile); first epoch: the steps once "
+              "in a fresh process per model, its compile seconds measured by torch.compile, and its speed with them "
+              "left out; steady: the median of alternating passes after one untimed pass.")
+    return _block(_measured_on(*results, method=method),
+                  _table(("model", "figure", *columns, "ours compiled / Marian eager"), rows))
+
+
+@table("performance-cpu-compile")
+def performance_cpu_compile(benchmarks: Benchmarks) -> str:
+    """Training eager and compiled, ours and Marian, on the CPU."""
+    return _compile_table(benchmarks, ("results-cpu-compile.json",))
+
+
 @table("performance-cpu-training")
 def performance_cpu_training(benchmarks: Benchmarks) -> str:
     """Training against MarianMTModel on the Intel Xeon: the CPU recipes' model and the small one."""
