@@ -27,6 +27,8 @@ BENCHMARKS = "benchmarks"
 REFERENCE_CARD = "model_card.md"  # the reference model's card, at the repository's root
 REFERENCE_RUN = "multi30k_de_en_cpu"  # its run in results-recipes-cpu.json
 CLOSE = "<!-- /figures -->"
+# Where the runs read Multi30k, and where a user's copy is (docs/data.md downloads it there): commands are shown so.
+RUN_DATA_DIR, USERS_DATA_DIR = "../shared/data/multi30k", "data/multi30k"
 _OPEN = re.compile(r"<!-- figures: (?P<name>\S+) -->")
 _MARKER = re.compile(r"<!--\s*/?\s*figures\b")  # any line that looks like a marker, well-formed or not
 _BENCHMARK_FILE = re.compile(r"benchmarks/[\w./-]*?\.json")
@@ -792,6 +794,11 @@ def update_documents(root: str | Path = REPOSITORY, *, model_card: bool = True) 
 _RESULTS_TABLE = re.compile(r"^\| split \| sentences \| sacreBLEU \|.*\n(?:\|.*\n)*", re.MULTILINE)
 
 
+def users_command(command: str) -> str:
+    """A recorded command as a user runs it: with Multi30k where docs/data.md puts it."""
+    return command.replace(RUN_DATA_DIR, USERS_DATA_DIR)
+
+
 def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     """Every field of `model_card.md`'s template for the reference model, the averaged de->en CPU recipe, without
     its model folder: the recipe's config (as `scripts/train.py` parses it) gives the architecture and training,
@@ -809,7 +816,7 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     run, data = recipes["runs"][REFERENCE_RUN], recipes["data"]
     config_path = root / run["recipe"]
     model_args, data_args, training_args, _ = parse_arguments(
-        ["--config", str(config_path), "--data_dir", "../shared/data/multi30k"]
+        ["--config", str(config_path), "--data_dir", USERS_DATA_DIR]
     )
     output_dir = run["commands"][1].split("--output_dir ")[1].split()[0]  # the averaged model's folder
     training_args.output_dir = output_dir
@@ -830,7 +837,7 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
                 "chrf": scores["chrf"], "exact_match": "n/a"} for scores in (run["validation"], run["test"])]
     context = card.model_card_context(
         trainer, model_args, data_args, training_args, {"test": [{"source": "Ein Hund läuft über die Wiese."}]},
-        splits, results, run["signatures"], config_path=config_path, command="\n".join(run["commands"]),
+        splits, results, run["signatures"], config_path=config_path, command="\n".join(users_command(command) for command in run["commands"]),
         schedule=schedule_description(training_args.lr_scheduler, training_args.learning_rate,
                                       training_args.get_warmup_steps(run["steps"])),
         training_seconds=run["training_seconds"],
