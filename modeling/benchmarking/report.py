@@ -100,7 +100,8 @@ def format_table(results: dict) -> str:
             if data.get(key) is not None:
                 rows.append(("data", "", f"{name} to setup done / first step s",
                              f"{data[key]['setup_seconds']:,.1f} / {data[key]['first_step_seconds']:,.1f}", "", ""))
-    lines.extend(_aligned(rows))
+    if len(rows) > 1:  # a run of other sections only (--only compile, ctranslate2) has no row of its own here
+        lines.extend(_aligned(rows))
     lines.extend(_compile_table(results.get("compile")))
     lines.extend(_ctranslate2_table(results.get("ctranslate2")))
     lines.extend(f"FAILED {part}: {error}" for part, error in results.get("errors", {}).items())
