@@ -3,7 +3,7 @@
 `python scripts/render_figures.py` regenerates model_card.md (the reference model's card) and rewrites the content of
 every marker block (`<!-- figures: NAME -->` ... `<!-- /figures -->`); `--check` changes nothing and exits 1 naming
 each stale block, unknown table, broken marker and missing `benchmarks/....json` a document names. `--list` prints the
-table names. How each table is rendered: modeling/benchmarking/figures.py.
+table names. How each table is rendered: modeling/benchmarking/figures/ (recipes.py, performance.py).
 """
 
 import argparse
