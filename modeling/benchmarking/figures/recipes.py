@@ -62,8 +62,9 @@ def cpu_recipe_runs(benchmarks: Benchmarks) -> dict[str, RecipeRun]:
             steps=run["steps"], epochs=run["epochs"], training_seconds=run["training_seconds"],
             checkpoint=run["checkpoint"],
             num_beams=run["num_beams"], validation=run["validation"], test=run.get("test"),
-            note=f"a repeat: {run['processes']} process, {run['threads']} threads" if run.get("repeat_of")
-            else f"{run['processes']} process, {run['threads']} threads",
+            note=("a repeat: " if run.get("repeat_of") else "")
+            + f"{run['processes']} process, {run['threads']} threads"
+            + (f", version {run['package_version']}" if run.get("package_version") else ""),
             signatures=run["signatures"], repeat="repeat_of" in run,
         )
     return runs
