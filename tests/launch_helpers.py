@@ -1,5 +1,6 @@
 """Running scripts/train.py under `accelerate launch` in a subprocess, and loading its output folder in a fresh one."""
 
+import importlib.util
 import json
 import os
 import re
@@ -14,6 +15,14 @@ TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 # The scripts import `modeling` from this checkout, wherever the editable install of the package points.
 SCRIPT_ENV = {**OFFLINE_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.getenv("PYTHONPATH")]))}
+
+def load_script(name: str):
+    """scripts/<name>.py as a module, its main() callable (a script is not a package module)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 def assert_one_line_error(stderr: str, prog: str, pattern: str) -> None:
     """A script's refusal: exactly one line, `prog: error: ...`, matching `pattern`."""

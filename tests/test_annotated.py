@@ -2,13 +2,13 @@
 its printed results (what the code prints now) and its pictures (what scripts/make_figures.py writes)."""
 
 import ast
-import importlib.util
 import math
 import re
 
 import numpy as np
 import pytest
 import torch
+from launch_helpers import load_script
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 
 from modeling.learning import demonstrations as demo
@@ -29,7 +29,6 @@ from modeling.learning.printouts import OUTPUTS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest (conftest)
 
-MAKE_FIGURES = REPOSITORY / "scripts" / "make_figures.py"
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +39,7 @@ def page() -> str:
 @pytest.fixture(scope="module")
 def make_figures():
     """scripts/make_figures.py as a module (its main() takes argv and returns the exit status)."""
-    spec = importlib.util.spec_from_file_location("make_figures", MAKE_FIGURES)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_figures")
 
 
 # ---- the page: excerpts, printouts, pictures, references -------------------------------------------------------------

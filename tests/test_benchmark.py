@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from launch_helpers import load_script
 from model_helpers import assert_varied, trained_to_copy
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import generation_speed, measure, profiling, report, run, training_speed
+from modeling.benchmarking import generation_speed, measure, profiling, run, training_speed
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
 from modeling.benchmarking.lengths import batch_lengths, synthetic_lengths, training_batch
@@ -576,8 +577,6 @@ def test_a_corpus_without_lengths_is_named_before_any_measuring(tmp_path, monkey
 
 
 def test_each_finished_section_is_saved_and_an_interrupted_run_keeps_them(tmp_path, monkeypatch, capsys):
-    import importlib.util
-
     saved = []
     arguments = tiny_arguments(tmp_path, "--only", "train", "generate", "--num_beams", "1", "--label_smoothing", "0")
     monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
@@ -591,9 +590,7 @@ def test_each_finished_section_is_saved_and_an_interrupted_run_keeps_them(tmp_pa
         save({"train": {"tiny": "measured"}})
         raise KeyboardInterrupt
 
-    spec = importlib.util.spec_from_file_location("benchmark_script", REPO_ROOT / "scripts" / "benchmark.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmark")
     monkeypatch.setattr(script, "run_benchmark", interrupted)
     with pytest.raises(SystemExit, match=r"interrupted; the sections measured until then are in .*results.json"):
         script.main(arguments)

@@ -2,13 +2,22 @@
 static-cache decoding step compile with no graph break, give eager's loss, gradients and tokens, and batches padded
 to a bucket of lengths compile a bounded number of times."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
+from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 from model_helpers import VOCAB, assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 from torch._dynamo.testing import CompileCounter
-from transformers import CompileConfig
+from torch._dynamo.utils import counters
+from transformers import CompileConfig, DataCollatorForSeq2Seq
 
 from modeling import input_checks
+from modeling.tokenization import train_tokenizer
+from modeling.training.trainer import TokenIdsChecked
 
 
 def batch(lengths, padded_to: int = 8, seed: int = 0):
@@ -86,8 +95,6 @@ def test_generate_compiles_the_static_cache_decoding_step_whole_and_gives_eagers
     assert_varied(eager)
     model.generation_config.compile_config = CompileConfig(fullgraph=True)
     model.generation_config.compile_config._compile_all_devices = True  # transformers compiles on GPUs only, else
-    from torch._dynamo.utils import counters
-
     counters.clear()
     for _ in range(2):
         assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, **settings), eager)
@@ -98,13 +105,6 @@ def test_generate_compiles_the_static_cache_decoding_step_whole_and_gives_eagers
 
 
 def test_compiled_training_pads_to_buckets_reports_its_compile_time_and_checks_ids_on_the_host(tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
-
     output_dir = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, str(TRAIN_SCRIPT), *QUICK, "--torch_compile_backend", "aot_eager", "--max_steps", "24",
@@ -124,11 +124,6 @@ def test_compiled_training_pads_to_buckets_reports_its_compile_time_and_checks_i
 
 
 def test_the_compiled_runs_collator_refuses_an_id_the_model_cannot_look_up():
-    from transformers import DataCollatorForSeq2Seq
-
-    from modeling.tokenization import train_tokenizer
-    from modeling.training.trainer import TokenIdsChecked
-
     tokenizer = train_tokenizer(["1 2 3", "4 5 6"], vocab_size=270)
     model = tiny_model(seed=1)
     collator = TokenIdsChecked(DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100), model.config)

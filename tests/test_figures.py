@@ -1,12 +1,12 @@
 """Every figure in README.md, docs/*.md and model_card.md is what the JSON in benchmarks/ renders, and the check that
 says so fails on a stale table, an unknown table, a broken marker and a missing benchmarks JSON named in a document."""
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from launch_helpers import load_script
 
 from modeling.benchmarking.figures import (
     REPOSITORY,
@@ -19,16 +19,12 @@ from modeling.benchmarking.figures import (
     update_documents,
 )
 
-RENDER_FIGURES = REPOSITORY / "scripts" / "render_figures.py"
 
 
 @pytest.fixture(scope="module")
 def render_figures():
     """scripts/render_figures.py as a module (its main() takes argv and returns the exit status)."""
-    spec = importlib.util.spec_from_file_location("render_figures", RENDER_FIGURES)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("render_figures")
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from safetensors.torch import load_file
 from modeling.training.arguments import ConfigurationError, parse_arguments
 from modeling.training.checkpoints import checkpoint_problem, checkpoint_step, last_checkpoints
 from modeling.training.run import train
-from modeling.training.run_safety import resolve_checkpoint, warn_of_missing_random_state
 from modeling.training.run_lock import RUN_LOCK_NAME, RunLock
+from modeling.training.run_safety import resolve_checkpoint, warn_of_missing_random_state
 from modeling.training.trainer import NonFiniteLossError
 
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
@@ -635,11 +635,11 @@ TWO_PROCESSES = ["-m", "accelerate.commands.launch", "--num_machines", "1", "--m
                  "--mixed_precision", "no", "--dynamo_backend", "no"]
 
 
-def start_training(output_dir: Path, *extra: str, launcher=(), single_thread=True) -> subprocess.Popen:
+def start_training(output_dir: Path, *extra: str, launcher=()) -> subprocess.Popen:
     """scripts/train.py, through `launcher` if given."""
     if launcher:
         launcher = [*launcher, "--main_process_port", str(free_port())]
-    threads = ["--cpu_threads", "1"] if single_thread and not launcher else []
+    threads = [] if launcher else ["--cpu_threads", "1"]  # a launcher's processes take one each (OMP_NUM_THREADS)
     return subprocess.Popen(
         [sys.executable, *launcher, str(AMD_TRAIN_SCRIPT), *KILL_RUN, *threads, "--output_dir", str(output_dir),
          *extra], cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,

@@ -70,21 +70,27 @@ def missing_benchmark_files(text: str, root: str | Path = REPOSITORY) -> list[st
     return [name for name in dict.fromkeys(_BENCHMARK_FILE.findall(text)) if not (Path(root) / name).is_file()]
 
 
+def _rendered_blocks(text: str, benchmarks: Benchmarks) -> tuple[list[tuple[Block, str]], list[str]]:
+    """Each marker block of `text` with what its JSON renders now, and the problems that leave a block unrendered
+    (an unknown table, a broken marker, a JSON that cannot be read)."""
+    blocks, problems = find_blocks(text)
+    rendered = []
+    for block in blocks:
+        try:
+            rendered.append((block, render_table(block.name, benchmarks=benchmarks)))
+        except FiguresError as error:
+            problems.append(f"line {block.line}: block {block.name!r}: {error}")
+    return rendered, problems
+
+
 def update_text(
     text: str, root: str | Path = REPOSITORY, benchmarks: Benchmarks | None = None
 ) -> tuple[str, list[str]]:
-    """`text` with every marker block's content rendered afresh, and the problems that leave a block as it was (an
-    unknown table, a broken marker, a JSON that cannot be read)."""
-    benchmarks = benchmarks or Benchmarks(root)
-    blocks, problems = find_blocks(text)
+    """`text` with every marker block's content rendered afresh, and the problems that leave a block as it was."""
+    rendered, problems = _rendered_blocks(text, benchmarks or Benchmarks(root))
     pieces, position = [], 0
-    for block in blocks:
-        try:
-            rendered = render_table(block.name, benchmarks=benchmarks)
-        except FiguresError as error:
-            problems.append(f"line {block.line}: block {block.name!r}: {error}")
-            continue
-        pieces += [text[position:block.start], rendered]
+    for block, content in rendered:
+        pieces += [text[position:block.start], content]
         position = block.end
     pieces.append(text[position:])
     return "".join(pieces), problems
@@ -93,17 +99,10 @@ def update_text(
 def check_text(text: str, root: str | Path = REPOSITORY, benchmarks: Benchmarks | None = None) -> list[str]:
     """What is wrong with a document's figures: each stale block (its content is not what its JSON renders), each
     unknown table, each broken marker, each `benchmarks/....json` named that does not exist."""
-    benchmarks = benchmarks or Benchmarks(root)
-    blocks, problems = find_blocks(text)
-    for block in blocks:
-        try:
-            rendered = render_table(block.name, benchmarks=benchmarks)
-        except FiguresError as error:
-            problems.append(f"line {block.line}: block {block.name!r}: {error}")
-            continue
-        if block.content(text) != rendered:
-            problems.append(f"line {block.line}: block {block.name!r} is stale: it differs from what its JSON renders "
-                            "(python scripts/render_figures.py rewrites it)")
+    rendered, problems = _rendered_blocks(text, benchmarks or Benchmarks(root))
+    problems += [f"line {block.line}: block {block.name!r} is stale: it differs from what its JSON renders "
+                 "(python scripts/render_figures.py rewrites it)"
+                 for block, content in rendered if block.content(text) != content]
     problems += [f"names {name}, which does not exist" for name in missing_benchmark_files(text, root)]
     return problems
 
