@@ -805,6 +805,15 @@ def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path, straig
     assert_same_weights(run_dir, straight)
 
 
+def test_a_stop_between_the_saves_of_save_strategy_best_saves_its_step_all_the_same(tmp_path):
+    """--save_strategy best saves only a new best: the stop's step, which the Trainer did not save, is saved then."""
+    run_dir = tmp_path / "stopped"
+    process = start_training(run_dir, "--save_strategy", "best")
+    signal_after(process, run_dir / "checkpoint-4", signal.SIGTERM)  # the first evaluation's save, a best
+    _, step = stopped(process)
+    assert checkpoint_problem(run_dir / f"checkpoint-{step}") is None
+
+
 def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     process = start_training(tmp_path / "run")
     signal_after(process, tmp_path / "run" / "checkpoint-4", signal.SIGINT)

@@ -299,6 +299,7 @@ class StopSignals(RecordedInCheckpoints):
         self.stopping = False  # every process agreed to stop at this step
         self.off_schedule = False  # the stop's checkpoint is not one the save schedule makes
         self.step: int | None = None  # the step training stops at
+        self.saved_step: int | None = None  # the step of this launch's newest save
         self._previous = {}
 
     @classmethod
@@ -343,6 +344,7 @@ class StopSignals(RecordedInCheckpoints):
         self._stop_if_signalled(args, state, control)  # a signal during an evaluation: the step's save follows
 
     def on_save(self, args, state, control, **kwargs):
+        self.saved_step = state.global_step  # on every process, after the Trainer's save
         self._stop_if_signalled(args, state, control)  # a signal during a save: that checkpoint is the stop's
 
     def state(self) -> dict:

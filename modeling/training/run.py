@@ -224,9 +224,8 @@ def stop_after_signal(trainer, stop, command: str) -> None:
     save it, `best` or `no`, saves it now), leave the stop's note as the folder's card, and raise `TrainingStopped`."""
     step = trainer.state.global_step
     checkpoint = Path(trainer.args.output_dir) / f"checkpoint-{step}"
-    if stop.step != step or trainer.args.save_strategy in ("best", "no"):
-        if not (checkpoint / TRAINER_STATE_NAME).is_file():
-            trainer._save_checkpoint(trainer.model, trial=None)
+    if stop.saved_step != step:  # every process alike, as the Trainer saved or not
+        trainer._save_checkpoint(trainer.model, trial=None)
     resume = f"{command} --resume_from_checkpoint last"
     if trainer.is_world_process_zero():
         replace_text(Path(trainer.args.output_dir) / MODEL_CARD_NAME, "\n".join([
