@@ -50,15 +50,21 @@
 #    new shape is what makes a first epoch slow: its `step_seconds` against steady):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
-# 4. the compiled issue's GPU parts (its points 3-5) in one lease, BENCHMARK_S=300 LEASE_S=700: ours and Marian,
-#    eager and compiled, side by side in one run (steady and first epoch once compiled, compile seconds, FLOP/s and
-#    share of the peak, peak memory; the targets: ours compiled >= 2x Marian eager and >= 1.3x Marian compiled, >= 30%
-#    of the peak at base, first epoch >= 0.9x steady once compiled), then serving: CTranslate2 bfloat16 and
-#    int8_bfloat16 against our generate() with the static (compiled) cache, greedy and beam 4, batches 128 and 512
-#    (targets: >= 4x Marian greedy, >= 3x beam 4), then the cuDNN cliff without cuDNN's attention:
-#    benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1
-#    benchmark:--sizes,base,--only,generate,ctranslate2,--caches,dynamic,static,--num_beams,1,4
-#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+# 4. the compiled issue's GPU parts (its points 3-5) in one lease: ours and Marian, eager and compiled, side by side
+#    in one run (steady and first epoch once compiled, compile seconds, FLOP/s and share of the peak, peak memory; the
+#    targets: ours compiled >= 2x Marian eager and >= 1.3x Marian compiled, >= 30% of the peak at base, first epoch
+#    >= 0.9x steady once compiled; eager is saved before compiling starts), then serving: CTranslate2 bfloat16 and
+#    int8_bfloat16 against our generate(), greedy and beam 4, batches 128 and 512, and generate() of ours and Marian
+#    with the dynamic and the static (compiled) cache on the same batches (targets: >= 4x Marian greedy, >= 3x beam
+#    4), then the cuDNN cliff without cuDNN's attention. Staged with stage.sh and stage.sh --ctranslate2; three calls:
+#    BENCHMARK_S=400 LEASE_S=690 WAIT_S=20 bash benchmarks/device/session.sh start \
+#      benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1 \
+#      benchmark:--sizes,base,--only,ctranslate2,--num_beams,1,4 \
+#      benchmark:--sizes,base,--only,generate,--caches,dynamic,static,--num_beams,1,4 \
+#      benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+#                                                          (carry ["device_carry"]), then at once
+#    bash benchmarks/device/session.sh carry-ctranslate2  (carry ["device_carry_ct2"]), then
+#    bash benchmarks/device/session.sh wait               (no carry) while steps remain.
 #    Its JSON goes to benchmarks/results-gpu-<device>-compile.json and -serving.json, rendered into
 #    docs/performance.md by tables of the same shape as the CPU ones (performance-cpu-compile).
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;
@@ -89,6 +95,26 @@ recipe_tail=${RECIPE_TAIL_S:-260}  # the seconds a recipe keeps after training (
 # elsewhere by value, and pyarrow's cannot be, so every Dataset.from_dict and evaluate compute() failed in /tmp/site.
 site=/tmp/carried/site-packages
 export PYTHONPATH=$site:$repo PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# CTranslate2's wheel is a CUDA 12 build that opens libcublas.so.12 when it first multiplies on the GPU; the image has
+# CUDA 13 only, so carry_ctranslate2 links that name to the image's cuBLAS 13 (the functions it calls, cublasGemmEx and
+# the like, keep their names and meaning) in this folder, set here for every step started later
+cuda12=/tmp/carried/cuda12
+export LD_LIBRARY_PATH=$cuda12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+carry_ctranslate2() {  # unpack device_carry_ct2/ctranslate2.tar.xz (stage.sh --ctranslate2) into the carried packages
+    local archive=$repo/device_carry_ct2/ctranslate2.tar.xz cublas
+    [ -f "$archive" ] || return 0
+    mkdir -p "$site" "$cuda12"
+    tar -C "$site" -xJf "$archive" || return 1
+    if ! ldconfig -p | grep -q 'libcublas\.so\.12 ' && [ -z "$(find /opt /usr -name 'libcublas.so.12*' -print -quit 2>/dev/null)" ]; then
+        cublas=$(find /opt /usr -name 'libcublas.so.13' -print -quit 2>/dev/null)
+        [ -n "$cublas" ] || { echo "session.sh: no libcublas.so.13 to stand for libcublas.so.12" >&2; return 1; }
+        ln -sf "$cublas" "$cuda12/libcublas.so.12"
+        echo "ctranslate2: libcublas.so.12 -> $cublas"
+    fi
+    python3 -c "import ctranslate2; print('ctranslate2', ctranslate2.__version__, 'cuda devices', \
+ctranslate2.get_cuda_device_count(), 'compute types', sorted(ctranslate2.get_supported_compute_types('cuda')))"
+}
 
 tag_of() { echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_'; }   # a step as a file name ($OUT accepts [A-Za-z0-9._-])
 
@@ -422,6 +448,7 @@ torch.__version__, 'cuda', torch.cuda.is_available(), '| transformers', transfor
 accelerate.__version__, '| datasets', datasets.__version__, '| evaluate', evaluate.__version__, '| pyarrow', \
 pyarrow.__version__); datasets.Dataset.from_dict({'a': ['x']})" || exit 1
         [ -d "$data" ] || { echo "session.sh: no $data; run benchmarks/device/stage.sh here first" >&2; exit 1; }
+        carry_ctranslate2 || exit 1
         rm -rf "${work:?}/steps" && mkdir -p "$work/steps"
         echo $(( started + ${LEASE_S:-660} )) > "$work/deadline"
         printf '%s\n' "$@" > "$work/queue"
@@ -430,7 +457,8 @@ pyarrow.__version__); datasets.Dataset.from_dict({'a': ['x']})" || exit 1
         wait_for_steps "$started"
         ;;
     wait) wait_for_steps ;;
+    carry-ctranslate2) carry_ctranslate2 && wait_for_steps ;;  # a later call that carries device_carry_ct2
     _drive) drive ;;
-    *) echo "usage: session.sh start STEP... | wait   (steps: checks, tests:EXPR, benchmark[:ARGS], recipe:NAME[:ARGS];
+    *) echo "usage: session.sh start STEP... | wait | carry-ctranslate2   (steps: checks, tests:EXPR, benchmark[:ARGS], recipe:NAME[:ARGS];
 +STEP runs beside the step before)" >&2; exit 2 ;;
 esac

@@ -5,8 +5,24 @@
 # (git-ignored), which each device call names in `carry`; the working tree that travels must stay under 64 MiB.
 #
 #   bash benchmarks/device/stage.sh [MULTI30K_DIR]            (default ../shared/data/multi30k)
+#   bash benchmarks/device/stage.sh --ctranslate2              CTranslate2 alone, into device_carry_ct2/ (git-ignored)
+#
+# CTranslate2's wheel (43 MB) does not fit beside pyarrow's (55 MB) in one call's 64 MiB: --ctranslate2 packs it as
+# an xz archive (25 MB) for a later call of the same lease (session.sh carry-ctranslate2), or for the first call of a
+# lease whose image has a pyarrow that datasets accepts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${1:-}" = --ctranslate2 ]; then
+    rm -rf device_carry_ct2 && mkdir -p device_carry_ct2/unpacked
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        -d device_carry_ct2 ctranslate2==4.8.5
+    python3 -m zipfile -e device_carry_ct2/ctranslate2-*.whl device_carry_ct2/unpacked
+    tar -C device_carry_ct2/unpacked -cf - . | xz -9 -T2 > device_carry_ct2/ctranslate2.tar.xz
+    rm -rf device_carry_ct2/unpacked device_carry_ct2/*.whl
+    du -sh device_carry_ct2
+    exit 0
+fi
 data_dir=${1:-../shared/data/multi30k}
 [ -d "$data_dir" ] || { echo "stage.sh: no corpus folder $data_dir" >&2; exit 1; }
 

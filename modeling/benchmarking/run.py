@@ -24,7 +24,7 @@ from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
 from .measure import MemoryWatch, matmul_peak
 from .settings import BenchmarkSettings, configure_torch
-from .training_speed import benchmark_eager_and_compiled, benchmark_training_loss, loss_name
+from .training_speed import benchmark_eager_or_compiled, benchmark_training_loss, loss_name, side_by_side
 
 CTRANSLATE2_MISSING = "ctranslate2 is not installed (pip install -e '.[ctranslate2]')"
 
@@ -107,11 +107,11 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
             )
             for smoothing in settings.label_smoothing
         },
-        "compile": lambda size: {
-            (loss_name(smoothing),): functools.partial(
-                benchmark_eager_and_compiled, size, settings, lengths, peak, smoothing
+        "compile": lambda size: {  # eager first, saved before compiling starts
+            (loss_name(smoothing), kind): functools.partial(
+                benchmark_eager_or_compiled, kind, size, settings, lengths, peak, smoothing
             )
-            for smoothing in settings.label_smoothing
+            for smoothing in settings.label_smoothing for kind in ("eager", "compiled")
         },
         "generate": lambda size: {(): lambda: benchmark_generation(
             size, settings, lengths,
@@ -131,6 +131,10 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
                     log(", ".join((f"{section}: {size}", *part)))
                     _keep_going(results, (section, size, *part), benchmark, log)
                     save(results)
+                for runs in results[section].get(size, {}).values() if section == "compile" else ():
+                    if "eager" in runs and "compiled" in runs:
+                        runs["side_by_side"] = side_by_side(runs)
+                        save(results)
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
         _keep_going(results, ("data",), lambda: benchmark_data(settings, train_script), log)

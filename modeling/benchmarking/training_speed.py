@@ -312,24 +312,26 @@ SIDE_BY_SIDE = (
 )
 
 
-def benchmark_eager_and_compiled(
-    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
+def benchmark_eager_or_compiled(
+    kind: str, size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float,
+    label_smoothing: float,
 ) -> dict:
-    """The training section's figures of one loss twice, eager and through torch.compile, and side by side: each
-    figure of ours and Marian, eager and compiled, as a ratio to Marian eager (what a Seq2SeqTrainer user gets)."""
-    runs = {
-        kind: benchmark_training_loss(size, dataclasses.replace(settings, compile=kind == "compiled"), lengths,
-                                      peak_flops_per_s, label_smoothing)
-        for kind in ("eager", "compiled")
-    }
+    """The training section's figures of one loss, eager or (kind "compiled") through torch.compile: the compile
+    section measures each kind as a part of its own, so a run stopped while compiling keeps the eager figures."""
+    return benchmark_training_loss(size, dataclasses.replace(settings, compile=kind == "compiled"), lengths,
+                                   peak_flops_per_s, label_smoothing)
 
+
+def side_by_side(runs: dict) -> dict:
+    """Each figure of ours and Marian, eager and compiled (`runs`: {"eager": ..., "compiled": ...}, each a training
+    result), as a ratio to Marian eager (what a Seq2SeqTrainer user gets)."""
     def figure(kind: str, model: str, path: tuple[str, ...]):
         node = runs[kind][path[0]][model]
         for key in path[1:]:
             node = node.get(key) if isinstance(node, dict) else None
         return node
 
-    side_by_side = {}
+    rows = {}
     for label, path in SIDE_BY_SIDE:
         row = {f"{model} {kind}": figure(kind, model, path) for kind in ("eager", "compiled")
                for model in MODEL_NAMES}
@@ -338,5 +340,5 @@ def benchmark_eager_and_compiled(
             name: value / reference for name, value in row.items()
             if isinstance(value, (int, float)) and isinstance(reference, (int, float)) and reference
         }
-        side_by_side[label] = row
-    return {**runs, "side_by_side": side_by_side}
+        rows[label] = row
+    return rows
