@@ -143,6 +143,17 @@ def test_pipeline_options_and_round_trip(model_dir, tmp_path):
     assert again(SOURCES, num_beams=1) == translator(SOURCES, num_beams=1)
 
 
+def test_the_static_cache_passes_through_the_pipeline_and_translates_alike(model_dir):
+    """docs/performance.md's fast greedy path on a GPU, `translator(texts, cache_implementation="static")`: the
+    pipeline hands it to generate(), which then decodes into a preallocated cache, with the dynamic cache's output."""
+    translator = pipeline("translation", model=str(model_dir), trust_remote_code=True, device="cpu")
+    dynamic = translator(SOURCES, num_beams=1)
+    static = translator(SOURCES, num_beams=1, cache_implementation="static")
+    assert static == dynamic and any(record["translation_text"] for record in static)
+    with pytest.raises(ValueError, match="cache_implementation"):
+        translator(SOURCES[0], num_beams=1, cache_implementation="not_a_cache")
+
+
 def test_truncation_fits_the_encoder_positions_whatever_the_tokenizer_allows(model_dir):
     """A tokenizer trained by train_tokenizer.py keeps --model_max_length 1024 where a model may have fewer
     positions: truncation=True cut texts to 1024 tokens, and the model refused them."""

@@ -235,3 +235,94 @@ def performance_gpu_generation_profile(benchmarks: Benchmarks) -> str:
     return _block(_measured_on(result, method=method),
                   _table(("setting", "tokens/s, ours / Marian", "ours/Marian", "a call, s, ours / Marian",
                           "its kernels, ms, ours / Marian", "GPU busy, ours / Marian"), rows))
+
+
+def _median(values) -> float:
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+@table("performance-gpu-h200-compile")
+def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
+    """Training eager against compiled on the H200: the compile section's eager half (its compiled half did not end
+    within the lease) and a probe that compiled ours alone, step by step."""
+    run, probe = benchmarks("results-gpu-h200-compile.json"), benchmarks("results-gpu-h200-compiled-probe.json")
+    loss = next(iter(run["compile"]["base"].values()))
+    eager, shapes = loss["eager"], [tuple(shape) for shape in loss["eager"]["workload"]["padded_shapes"]]
+    rows = []
+    for phase, label in (("steady", "steady, target tokens/s"), ("first_epoch", "first epoch, target tokens/s")):
+        figures = eager[phase]
+        rows.append((label, _rate(figures["ours"]["target_tokens_per_s"]),
+                     _rate(figures["marian"]["target_tokens_per_s"]), "not measured", "—"))
+    rows.append((f"steady, % of the measured matmul peak ({_flops(run['matmul_peak']['flops_per_s'])})",
+                 _percent(eager["steady"]["ours"]["peak_fraction"]),
+                 _percent(eager["steady"]["marian"]["peak_fraction"]), "not measured", "—"))
+    rows.append(("peak training memory, MiB", _mib(eager["first_epoch"]["ours"]["peak_memory_bytes"]),
+                 _mib(eager["first_epoch"]["marian"]["peak_memory_bytes"]), "not measured", "—"))
+    compiled_steps = probe["compiled_first_pass"]
+    shape = tuple(compiled_steps[0]["shape"])  # the most common shape: the batches of the shortest pairs
+
+    def eager_step(model: str) -> float:  # its steps of `shape` after the first, in the fresh process
+        seconds = eager["first_epoch"][model]["step_seconds"][0]
+        return _median([s for step, s in enumerate(seconds) if shapes[step] == shape and shape in shapes[:step]])
+
+    compiled = _median([step["seconds"] for step in compiled_steps
+                        if tuple(step["shape"]) == shape and not step["compile_seconds"]])
+    described = f"a step of {shape[0]:,} pairs padded to {shape[1]} source and {shape[2]} target tokens, s"
+    rows.append((described, f"{eager_step('ours'):.4f}", f"{eager_step('marian'):.4f}", f"{compiled:.4f}",
+                 _ratio(eager_step("marian") / compiled)))
+    for step in compiled_steps:
+        if step["compile_seconds"]:
+            pairs, source, target = step["shape"]
+            rows.append((f"compiling at step {step['step']} ({pairs:,} x {source} / {target}), s", "—", "—",
+                         _seconds(step["compile_seconds"]), "—"))
+    stopped = probe["stopped"]["step"]
+    pairs, source, target = shapes[stopped]
+    rows.append((f"compiling at step {stopped} ({pairs:,} x {source} / {target})", "—", "—",
+                 "stopped while compiling", "—"))
+    method = (f"{_size('base')}, label smoothing 0.1, {run['settings']['max_tokens']:,}-token batches, "
+              f"{_lengths(run)}, {len(shapes)} steps of {len(set(shapes))} padded shapes. Eager: the compile section's "
+              "eager half (its compiled half, three compilations per model, did not end in its 400 s); compiled: "
+              "ours alone through torch.compile (inductor) in one process on a second H200 of the same image, each "
+              "step of its first pass timed, stopped at its time limit while compiling a third graph.")
+    return _block(_measured_on(run, method=method),
+                  _table(("figure", "ours eager", "MarianMTModel eager", "ours compiled",
+                          "Marian eager / ours compiled"), rows))
+
+
+@table("performance-gpu-h200-serving")
+def performance_gpu_h200_serving(benchmarks: Benchmarks) -> str:
+    """Serving on the H200: the CTranslate2 export, our generate() and Marian's (dynamic and static cache)."""
+    exported, generated = benchmarks("results-gpu-h200-ctranslate2.json"), benchmarks("results-gpu-h200-generate.json")
+    rows = []
+    for size, settings in exported["ctranslate2"].items():
+        for name, run in settings.items():
+            if name == "compute_types":
+                continue
+            same_run = generated["generate"][size][name]
+            static = generated["generate"][size][f"{name}_static"]
+            search = "greedy" if run["num_beams"] == 1 else f"beam {run['num_beams']}"
+            # CTranslate2 against Marian through our generate(), which each run measured beside its peer
+            to_marian = run["ratio"]["ctranslate2_bfloat16"] * same_run["ratio"]["tokens_per_s"]
+            rows.append((
+                f"{search}, batch {run['batch_size']}",
+                f"{_rate(same_run['marian']['tokens_per_s'])} / {_rate(static['marian']['tokens_per_s'])}",
+                f"{_rate(same_run['ours']['tokens_per_s'])} / {_rate(static['ours']['tokens_per_s'])}",
+                _rate(run["pytorch"]["tokens_per_s"]),
+                f"{_rate(run['ctranslate2_bfloat16']['tokens_per_s'])} / "
+                f"{_rate(run['ctranslate2_int8_bfloat16']['tokens_per_s'])}",
+                _ratio(run["ratio"]["ctranslate2_bfloat16"]), _ratio(to_marian),
+                "yes" if all(run[engine]["same_output"] for engine in run["ratio"]) else "no",
+            ))
+    method = (f"{_size('base')}, {exported['settings']['max_new_tokens']} new tokens per sentence, {_lengths(exported)}, "
+              f"the median of {exported['settings']['repetitions']} alternating calls. Two runs: CTranslate2 against "
+              "our generate() (dynamic cache) in one process, and generate() of ours against Marian's with the "
+              "dynamic and the static cache (whose decoding step transformers compiles into a CUDA graph) in "
+              "another; CTranslate2 / Marian multiplies the two runs' ratios through our dynamic-cache generate(), "
+              "measured in both.")
+    return _block(_measured_on(exported, ctranslate2=True, method=method),
+                  _table(("setting", "Marian generate(), dynamic / static cache", "ours, dynamic / static cache",
+                          "ours, dynamic, beside CTranslate2", "CTranslate2 bfloat16 / int8_bfloat16",
+                          "CTranslate2 bfloat16 / ours", "CTranslate2 bfloat16 / Marian dynamic",
+                          "same tokens as ours"), rows))
