@@ -722,6 +722,10 @@ def test_the_compile_section_sets_each_model_eager_and_compiled_side_by_side(tmp
     """`--only compile`: one run trains each model eager and through torch.compile; the compiled first epoch gives
     its compile seconds and its speed with them left out, and every figure is set against Marian eager."""
     monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    compiled_models = []
+    stepped = training_speed.stepped
+    monkeypatch.setattr(training_speed, "stepped", lambda model, settings: (
+        compiled_models.append(type(model).__name__) if settings.compile else None) or stepped(model, settings))
     arguments = [*tiny_arguments(tmp_path, "--compile_backend", "aot_eager", "--label_smoothing", "0.1"),
                  "--only", "compile"]
     settings = settings_from_arguments(build_parser().parse_args(arguments))
@@ -738,6 +742,14 @@ def test_the_compile_section_sets_each_model_eager_and_compiled_side_by_side(tmp
     compiled = compared["compiled"]["first_epoch"]["ours"]
     assert 0 < compiled["compile_seconds"] < compiled["seconds"][0]
     assert compiled["after_compiling"]["target_tokens_per_s"] > compiled["target_tokens_per_s"]
+    # each model compiles once, in its fresh process, which measures the compiled steady passes too
+    assert sorted(compiled_models) == sorted(["AnnotatedTransformerForConditionalGeneration", "MarianMTModel"]
+                                             * settings.fresh_runs)
+    assert compared["compiled"]["steady_passes"].startswith("after the first epoch, in its fresh process")
+    assert compared["eager"]["steady_passes"].startswith("both models in one process")
+    for kind in ("eager", "compiled"):
+        assert len(compared[kind]["steady"]["ours"]["seconds"]) == settings.repetitions * (
+            settings.fresh_runs if kind == "compiled" else 1)
     rows = compared["side_by_side"]
     assert list(rows) == [label for label, _ in training_speed.SIDE_BY_SIDE]
     steady = rows["steady target tokens/s"]

@@ -50,7 +50,11 @@
 #    new shape is what makes a first epoch slow: its `step_seconds` against steady):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
-# 4. the compiled issue's GPU parts (its points 3-5) in one lease: ours and Marian, eager and compiled, side by side
+# 4. (done 2026-11-28 on an H200, three calls as below: eager training, serving with CTranslate2 and the static cache,
+#    docs/performance.md "GPU: NVIDIA H200"; the compiled half did not end in its 400 s, three Inductor compilations
+#    per model; a second call ran benchmarks/device/compiled_training.py for ours compiled alone, 175 s, stopped
+#    while compiling its third graph; the cuDNN-cliff step was skipped for time)
+#    the compiled issue's GPU parts (its points 3-5) in one lease: ours and Marian, eager and compiled, side by side
 #    in one run (steady and first epoch once compiled, compile seconds, FLOP/s and share of the peak, peak memory; the
 #    targets: ours compiled >= 2x Marian eager and >= 1.3x Marian compiled, >= 30% of the peak at base, first epoch
 #    >= 0.9x steady once compiled; eager is saved before compiling starts), then serving: CTranslate2 bfloat16 and

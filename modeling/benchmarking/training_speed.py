@@ -18,7 +18,9 @@ data loading is not in these timings (the data section times it).
   the pass against the median of those whose shape came before (`steps_by_shape`): what a new shape costs (the
   workload lists the shapes and the steps that bring a new one).
 - steady: both models in this process, after one untimed pass over the same batches (every shape seen), then
-  `repetitions` timed passes alternating the order ours/Marian, Marian/ours, so drift hits both.
+  `repetitions` timed passes alternating the order ours/Marian, Marian/ours, so drift hits both. With `--compile`
+  (and fresh runs, without `--profile`) the steady passes follow the first epoch in each fresh process instead, on
+  the graphs it compiled: compiling each model a second time here would double the compile time for the same figures.
 - profile (`--profile`): then one more pass per model under `torch.profiler` (see `profiling`).
 
 Figures are medians over runs, and `_best` the fastest run (on a busy machine the least disturbed one): target
@@ -201,9 +203,14 @@ def fresh_training_run(spec: dict) -> dict:
         step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
                         for batch in batches]
         compiled = compile_seconds() - compiled_before  # before `compiling` resets what dynamo counted
+        steady_seconds = [  # compiled: the steady passes too, on the graphs this process compiled (see the module doc)
+            timed(lambda: [training_step(loss_of, optimizer, batch, device, settings.dtype) for batch in batches],
+                  device)[0]
+            for _ in range(spec.get("steady_passes", 0))
+        ]
     peak, training = memory.read()
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
-            "training_memory_bytes": training, "compile_seconds": compiled}
+            "training_memory_bytes": training, "compile_seconds": compiled, "steady_seconds": steady_seconds}
 
 
 def steps_by_shape(step_seconds: list[list[float]], unseen: list[bool]) -> dict:
@@ -224,11 +231,15 @@ def benchmark_training_loss(
     steps = batch_lengths(lengths, settings.max_tokens, settings.steps, settings.seed, settings.pad_to_multiple_of)
     target_tokens = sum(sum(target) for _, target in steps)
 
+    # Compiled, the fresh processes measure the steady passes too: compiling a model once more in this process would
+    # double the compile time (on an H200 about 150 s per model at base), for the same figures.
+    steady_when_fresh = settings.compile and settings.fresh_runs > 0 and not settings.profile
     first_runs = {name: [] for name in MODEL_NAMES}
     for run in range(settings.fresh_runs):
         for name in interleaved(MODEL_NAMES, run):
             spec = {"model": name, "size": size, "settings": settings.to_dict(), "batch_lengths": steps,
-                    "label_smoothing": label_smoothing}
+                    "label_smoothing": label_smoothing,
+                    "steady_passes": settings.repetitions if steady_when_fresh else 0}
             first_runs[name].append(measure.run_in_fresh_process(fresh_training_run, spec))
 
     models = {name: training_model(model.to(device)) for name, model in build_models(config, settings.seed).items()}
@@ -239,7 +250,7 @@ def benchmark_training_loss(
         for name, model in models.items()
     }
     optimizers = {name: make_optimizer(model) for name, model in models.items()}
-    if settings.compile:  # after the FLOP count, which reads the operations torch dispatches
+    if settings.compile and not steady_when_fresh:  # after the FLOP count, which reads the dispatched operations
         losses = {name: loss_function(name, stepped(model, settings), label_smoothing)
                   for name, model in models.items()}
 
@@ -247,14 +258,17 @@ def benchmark_training_loss(
         for batch in batches:
             training_step(losses[name], optimizers[name], batch, device, settings.dtype)
 
-    steady_seconds = {name: [] for name in MODEL_NAMES}
-    with compiling(settings):
-        for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
-            run_all(name)
-        for repetition in range(settings.repetitions):
-            for name in interleaved(MODEL_NAMES, repetition):
-                steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
-        profiled = profiled_in_turn(run_all, steady_seconds, device) if settings.profile else None
+    steady_seconds = {name: [seconds for run in first_runs[name] for seconds in run["steady_seconds"]]
+                      for name in MODEL_NAMES}
+    profiled = None
+    if not steady_when_fresh:
+        with compiling(settings):
+            for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
+                run_all(name)
+            for repetition in range(settings.repetitions):
+                for name in interleaved(MODEL_NAMES, repetition):
+                    steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
+            profiled = profiled_in_turn(run_all, steady_seconds, device) if settings.profile else None
 
     def rates(name, seconds):
         tokens_per_s = statistics.median(target_tokens / s for s in seconds)
@@ -296,6 +310,8 @@ def benchmark_training_loss(
         }),
         "first_epoch": comparison(first_epoch),
         "steady": comparison({name: rates(name, seconds) for name, seconds in steady_seconds.items()}),
+        "steady_passes": "after the first epoch, in its fresh process" if steady_when_fresh else
+                         "both models in one process, after an untimed pass, alternating",
         **({"profile": profiled} if profiled else {}),
     }
 

@@ -186,7 +186,8 @@ def check_schedule_arguments(name: str, scheduler_kwargs: dict | None, learning_
 
 
 # --torch_compile pads batches to a multiple of this length unless --pad_to_multiple_of says otherwise: torch.compile
-# compiles a graph for the first length and one with dynamic lengths for the second, and the lengths stay few.
+# compiles a graph for the first shape and one with dynamic shapes for the second (Inductor one more, past a size its
+# kernels specialise on), and the lengths stay few.
 COMPILED_LENGTH_MULTIPLE = 8
 
 # What clusters send before they kill a job, and Ctrl-C (`--stop_signals`).

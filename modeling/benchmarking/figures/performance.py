@@ -94,9 +94,13 @@ def _compile_table(benchmarks: Benchmarks, files: tuple[str, ...]) -> str:
                                  *("-" if row[name] is None else shown(row[name]) for name in columns), _ratio(ratio)))
                     described = ""
     backend = _joined(result["environment"].get("compile_backend") for result in results)
+    compiled_steady = _joined(  # where the compiled steady passes ran (before this was recorded: as eager's)
+        loss["compiled"].get("steady_passes", "both models in one process, after an untimed pass, alternating")
+        for result in results for losses in result["compile"].values() for loss in losses.values())
     method = (f"torch.compile with the {backend} backend (the Trainer's --torch_compile); first epoch: the steps once "
               "in a fresh process per model, its compile seconds measured by torch.compile, and its speed with them "
-              "left out; steady: the median of alternating passes after one untimed pass.")
+              "left out; steady: the median of passes after every shape was seen (eager: both models in one "
+              f"process, after an untimed pass, alternating; compiled: {compiled_steady}).")
     return _block(_measured_on(*results, method=method),
                   _table(("model", "figure", *columns, "ours compiled / Marian eager"), rows))
 
