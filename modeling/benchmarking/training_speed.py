@@ -232,7 +232,7 @@ def benchmark_training_loss(
     target_tokens = sum(sum(target) for _, target in steps)
 
     # Compiled, the fresh processes measure the steady passes too: compiling a model once more in this process would
-    # double the compile time (on an H200 about 150 s per model at base), for the same figures.
+    # double the compile time (on an H200 more than 100 s per model at base), for the same figures.
     steady_when_fresh = settings.compile and settings.fresh_runs > 0 and not settings.profile
     first_runs = {name: [] for name in MODEL_NAMES}
     for run in range(settings.fresh_runs):
