@@ -287,7 +287,8 @@ def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
                  "stopped while compiling", "—"))
     method = (f"{_size('base')}, label smoothing 0.1, {run['settings']['max_tokens']:,}-token batches, "
               f"{_lengths(run)}, {len(shapes)} steps of {len(set(shapes))} padded shapes. Eager: the compile section's "
-              "eager half (its compiled half, three compilations per model, did not end in its 400 s); compiled: "
+              "eager half (its compiled half, each model compiled in a fresh process and again in the run's own, did not end "
+              "in its 400 s); compiled: "
               "ours alone through torch.compile (inductor) in one process on a second H200 of the same image, each "
               "step of its first pass timed, stopped at its time limit while compiling a third graph.")
     return _block(_measured_on(run, method=method),
