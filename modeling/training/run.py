@@ -199,6 +199,15 @@ def _default_generation_settings(training_args, data_args: DataArguments) -> Non
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def compile_dynamic_from_the_second_shape() -> None:
+    """--torch_compile: let torch.compile compile one graph for the first batch shape and one with dynamic shapes at
+    the second, as it does by default. `accelerate launch` writes ACCELERATE_DYNAMO_USE_DYNAMIC=False unless given
+    --dynamo_use_dynamic (a flag that cannot say false), and the Trainer's compile then compiles a static graph for
+    every shape of the token-budget batches, up to torch's recompile limit, after which it runs them eagerly."""
+    if os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC") == "False":
+        del os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"]
+
+
 def cpu_threads_per_process() -> int:
     """The CPU cores this process may use divided by the processes on this machine (what `accelerate launch --cpu`
     sets) where `accelerate launch` left its default of 1 thread (OMP_NUM_THREADS=1, as it sets without --cpu);
@@ -403,6 +412,7 @@ def setup_training(
         )
         if training_args.torch_compile:  # the compiled model checks no ids: the batches are checked where made
             collator = TokenIdsChecked(collator, model.config)
+            compile_dynamic_from_the_second_shape()
         trainer = TransformerSeq2SeqTrainer(
             model=model,
             args=training_args,
