@@ -3,6 +3,7 @@
 No timing is asserted: only that the figures exist, are positive where they must be, and that ratios are
 ours / Marian."""
 
+import copy
 import json
 import os
 import re
@@ -715,6 +716,30 @@ def test_the_ctranslate2_section_is_skipped_with_a_reason_where_it_is_not_instal
     results = run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), log=lambda m: None)
     assert results["ctranslate2"] == {"skipped": run.CTRANSLATE2_MISSING} and "errors" not in results
     assert "ctranslate2: skipped, ctranslate2 is not installed" in format_table(results)
+
+
+def test_compile_regions_compiles_each_layer_and_trains_as_eager(tmp_path):
+    """`--compile_regions`: each layer through torch.compile on its own (accelerate's regional compilation), the
+    model around them eager; a training step's loss and gradients are eager's."""
+    arguments = ["--device", "cpu", "--sizes", "tiny", "--compile", "--compile_regions", "--compile_backend",
+                 "aot_eager", "--output", str(tmp_path / "results.json")]
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    config = benchmark_config("tiny", VOCAB, 0.0)
+    config.dropout = config.attention_dropout = config.activation_dropout = 0.0
+    eager = training_speed.training_model(build_model("ours", config, 0))
+    copied = copy.deepcopy(eager)
+    regional = training_speed.stepped(copied, settings)  # its layers hold the copy's parameters
+    layers = [*regional.model.encoder.layers, *regional.model.decoder.layers]
+    assert layers and all(isinstance(layer, torch._dynamo.eval_frame.OptimizedModule) for layer in layers)
+    assert not isinstance(regional, torch._dynamo.eval_frame.OptimizedModule)  # the model around them stays eager
+    batch = training_batch([5, 3, 7], [4, 6, 2], VOCAB, seed=0)
+    losses = [model(**batch).loss for model in (eager, regional)]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[1], losses[0])
+    compiled_parameters = dict(copied.named_parameters())
+    for name, parameter in eager.named_parameters():
+        torch.testing.assert_close(compiled_parameters[name].grad, parameter.grad, msg=name)
 
 
 @pytest.mark.slow  # compiles each model three times (about 40 s on 2 cores)

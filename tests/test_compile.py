@@ -8,6 +8,7 @@ import pytest
 import torch
 from launch_helpers import QUICK, accelerate_launch
 from model_helpers import VOCAB, assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
+from safetensors import safe_open
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 from transformers import CompileConfig, DataCollatorForSeq2Seq
@@ -118,6 +119,22 @@ def test_compiled_training_pads_to_buckets_reports_its_compile_time_and_checks_i
     losses = [entry["loss"] for entry in json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
               if "loss" in entry]
     assert len(losses) == 24 and losses[-1] < losses[0] / 2  # it trained
+
+
+def test_regional_compilation_through_accelerate_launch_trains_and_saves_plain_weights(tmp_path):
+    """`accelerate launch --dynamo_use_regional_compilation ... --torch_compile` (docs/training.md): each layer kind
+    compiles on its own, and the saved weights carry the model's own names."""
+    output_dir = tmp_path / "run"
+    accelerate_launch(
+        ["--num_processes", "1", "--dynamo_use_regional_compilation"],
+        [*QUICK, "--torch_compile_backend", "aot_eager", "--max_steps", "12", "--eval_strategy", "no",
+         "--save_strategy", "no", "--max_test_samples", "8", "--output_dir", str(output_dir)],
+    )
+    metrics = json.loads((output_dir / "train_results.json").read_text())
+    assert metrics["train_compiled_graphs"] > 2  # a graph per kind of layer, not one for the whole model
+    with safe_open(output_dir / "model.safetensors", "pt") as weights:
+        names = list(weights.keys())
+    assert "model.encoder.layers.0.self_attn.q_proj.weight" in names and not any("_orig_mod" in n for n in names)
 
 
 def test_the_compiled_runs_collator_refuses_an_id_the_model_cannot_look_up():

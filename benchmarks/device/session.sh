@@ -73,12 +73,14 @@
 #    docs/performance.md by tables of the same shape as the CPU ones (performance-cpu-compile).
 # 5. what lease 4 left of the compiled issue: ours and Marian compiled, side by side with eager (the compile section
 #    now compiles each model once, in its fresh process, which measures the steady passes too: about 170 s per model
-#    at base on an H200, 39 s + 67 s + a third graph), then the cuDNN cliff. BENCHMARK_S=480 LEASE_S=780, one call and
-#    a wait (carry ["device_carry"] after stage.sh):
+#    at base on an H200, 39 s + 67 s + a third graph), first with accelerate's regional compilation (each layer
+#    compiled once: 40 s of compiling against 94 s for the whole model on the CPU), then whole, then the cuDNN cliff.
+#    BENCHMARK_S=460 LEASE_S=780, one call and a wait (carry ["device_carry"] after stage.sh):
+#    benchmark:--sizes,base,--only,compile,--compile_regions,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
-#    Its JSON replaces benchmarks/results-gpu-h200-compile.json (or -h100-), whose table then renders with
-#    _compile_table like the CPU one.
+#    Each compile JSON gets a table of its own in docs/performance.md (_compile_table, as the CPU one); the whole
+#    model's replaces results-gpu-h200-compile.json (or an -h100- file).
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;
 # for checks also checks.pytest.log, the tests' whole output)
 # and prints every step's state. Steps:

@@ -58,6 +58,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "dtype": settings.dtype,
         "compiled_training": settings.compile,
         "compile_backend": settings.compile_backend if settings.compile or "compile" in settings.sections else None,
+        "compile_regions": settings.compile_regions if settings.compile or "compile" in settings.sections else None,
         "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
         "memory_method": MemoryWatch(device).method,
         "torch": torch.__version__,

@@ -29,8 +29,8 @@ DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 DEFAULTS = dict(
     sections=list(DEFAULT_SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
-    vocab_size=8000, max_length=128, seed=0, compile=False, compile_backend="inductor", profile=False,
-    cudnn_attention=True,
+    vocab_size=8000, max_length=128, seed=0, compile=False, compile_backend="inductor", compile_regions=False,
+    profile=False, cudnn_attention=True,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -72,6 +72,7 @@ class BenchmarkSettings:
     seed: int
     compile: bool
     compile_backend: str
+    compile_regions: bool
     profile: bool
     cudnn_attention: bool
     quick: bool
@@ -195,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
              "includes the compilation (off).")
     add("--compile_backend", help="torch.compile's backend for --compile and the compile section (inductor; "
                                   "aot_eager compiles in seconds, for checks).")
+    add("--compile_regions", action="store_true", default=None,
+        help="With --compile or the compile section: compile each layer on its own and reuse the graph for the layers "
+             "of its kind (accelerate's regional compilation, `accelerate launch --dynamo_use_regional_compilation`), "
+             "for less compiling (off: the whole model).")
     add("--profile", action="store_true", default=None,
         help="After the steady passes, one more per model under torch.profiler, and after each generation "
              "setting's timed calls one more call: its time by kind of work (matrix products, attention, the loss, "

@@ -71,8 +71,15 @@ def training_model(model):
 
 def stepped(model, settings: BenchmarkSettings):
     """The module a training step calls: `model`, or with `--compile` `torch.compile(model)` (the Trainer's
-    --torch_compile; its parameters are the model's). Compile within `compiling`."""
-    return torch.compile(model, backend=settings.compile_backend) if settings.compile else model
+    --torch_compile; its parameters are the model's), or with `--compile_regions` each layer compiled on its own, as
+    accelerate's regional compilation does it. Compile within `compiling`."""
+    if not settings.compile:
+        return model
+    if settings.compile_regions:
+        from accelerate.utils import compile_regions
+
+        return compile_regions(model, backend=settings.compile_backend)
+    return torch.compile(model, backend=settings.compile_backend)
 
 
 def compile_seconds() -> float:

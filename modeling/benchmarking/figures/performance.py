@@ -97,7 +97,11 @@ def _compile_table(benchmarks: Benchmarks, files: tuple[str, ...]) -> str:
     compiled_steady = _joined(  # where the compiled steady passes ran (before this was recorded: as eager's)
         loss["compiled"].get("steady_passes", "both models in one process, after an untimed pass, alternating")
         for result in results for losses in result["compile"].values() for loss in losses.values())
-    method = (f"torch.compile with the {backend} backend (the Trainer's --torch_compile); first epoch: the steps once "
+    regions = any(result["environment"].get("compile_regions") for result in results)
+    how = ("each layer compiled on its own, accelerate's regional compilation (`accelerate launch "
+           "--dynamo_use_regional_compilation` with the Trainer's --torch_compile)") if regions else \
+        "the Trainer's --torch_compile"
+    method = (f"torch.compile with the {backend} backend ({how}); first epoch: the steps once "
               "in a fresh process per model, its compile seconds measured by torch.compile, and its speed with them "
               "left out; steady: the median of passes after every shape was seen (eager: both models in one "
               f"process, after an untimed pass, alternating; compiled: {compiled_steady}).")
