@@ -132,10 +132,11 @@ def run_benchmark(settings: BenchmarkSettings, train_script: Path | None = None,
                     log(", ".join((f"{section}: {size}", *part)))
                     _keep_going(results, (section, size, *part), benchmark, log)
                     save(results)
-                for runs in results[section].get(size, {}).values() if section == "compile" else ():
-                    if "eager" in runs and "compiled" in runs:
-                        runs["side_by_side"] = side_by_side(runs)
-                        save(results)
+                if section == "compile":  # each loss measured both ways: set them side by side
+                    for runs in results[section].get(size, {}).values():
+                        if "eager" in runs and "compiled" in runs:
+                            runs["side_by_side"] = side_by_side(runs)
+                    save(results)
     if "data" in settings.sections:
         log(f"data: {settings.data_pairs:,} pairs")
         _keep_going(results, ("data",), lambda: benchmark_data(settings, train_script), log)

@@ -3,6 +3,8 @@ training, ours against MarianMTModel on each device."""
 
 from __future__ import annotations
 
+import statistics
+
 from .formats import (
     Benchmarks,
     _block,
@@ -245,12 +247,6 @@ def performance_gpu_generation_profile(benchmarks: Benchmarks) -> str:
                           "its kernels, ms, ours / Marian", "GPU busy, ours / Marian"), rows))
 
 
-def _median(values) -> float:
-    values = sorted(values)
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-
-
 @table("performance-gpu-h200-compile")
 def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
     """Training eager against compiled on the H200: the compile section's eager half (its compiled half did not end
@@ -273,9 +269,9 @@ def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
 
     def eager_step(model: str) -> float:  # its steps of `shape` after the first, in the fresh process
         seconds = eager["first_epoch"][model]["step_seconds"][0]
-        return _median([s for step, s in enumerate(seconds) if shapes[step] == shape and shape in shapes[:step]])
+        return statistics.median([s for step, s in enumerate(seconds) if shapes[step] == shape and shape in shapes[:step]])
 
-    compiled = _median([step["seconds"] for step in compiled_steps
+    compiled = statistics.median([step["seconds"] for step in compiled_steps
                         if tuple(step["shape"]) == shape and not step["compile_seconds"]])
     described = f"a step of {shape[0]:,} pairs padded to {shape[1]} source and {shape[2]} target tokens, s"
     rows.append((described, f"{eager_step('ours'):.4f}", f"{eager_step('marian'):.4f}", f"{compiled:.4f}",
