@@ -34,7 +34,7 @@ from modeling.benchmarking.models import (
 )
 from modeling.benchmarking.report import format_table, write_results
 from modeling.benchmarking.run import run_benchmark
-from modeling.benchmarking.settings import build_parser, settings_from_arguments
+from modeling.benchmarking.settings import SDPA_BACKENDS, build_parser, settings_from_arguments
 from modeling.benchmarking.training_speed import TrainingFlops, forward_backward, loss_function, training_model
 from modeling.compatibility import CACHE_NAME
 from modeling.tokenization import SPECIAL_TOKENS
@@ -247,27 +247,44 @@ def test_settings_defaults_quick_and_errors():
     with pytest.raises(ValueError, match=r"--label_smoothing needs one or more values in \[0, 1\), got 0.1 1.0"):
         parse("--label_smoothing", "0.1", "1")
     assert full.compile is False and parse("--compile").compile is True
-    assert full.cudnn_attention is True and parse("--no_cudnn_attention").cudnn_attention is False
+    assert full.sdpa_backends is None and parse("--sdpa_backends", "efficient", "math").sdpa_backends == [
+        "efficient", "math"]
+    with pytest.raises(ValueError, match=r"--sdpa_backends flex: choose one or more of \['math', 'flash'"):
+        parse("--sdpa_backends", "flex")
 
 
-def test_a_run_without_cudnn_attention_turns_it_off_and_says_so(tmp_path):
-    """--no_cudnn_attention: both models' SDPA in the measuring process without cuDNN's kernels, recorded as what
-    torch then has (and a run without the flag leaves torch's own setting alone)."""
-    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+def test_sdpa_backends_limit_the_kernels_and_the_training_section_records_those_sdpa_chose(tmp_path):
+    """--sdpa_backends: both models' SDPA in every measuring process (the fresh ones included) may choose only the
+    named kernels, which the environment records, and each model's first epoch records the kernel SDPA chose for
+    each attention call of a training forward; a run without it leaves torch's own settings alone."""
+    switches = ("math", "flash", "mem_efficient", "cudnn")
+    before = {switch: getattr(torch.backends.cuda, f"{switch}_sdp_enabled")() for switch in switches}
+    config = benchmark_config("tiny")
+    assert config.encoder_layers == config.decoder_layers
+    layers = config.encoder_layers  # per forward: each layer's encoder self, decoder self and cross attention
     try:
-        arguments = tiny_arguments(tmp_path, "--only", "generate", "--num_beams", "1")
-        settings = settings_from_arguments(build_parser().parse_args(arguments))
+        arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0")
+        results = run_benchmark(settings_from_arguments(build_parser().parse_args(arguments)), train_script=None,
+                                log=lambda message: None)
+        assert results["environment"]["sdpa_backends"] == [name for name, switch in SDPA_BACKENDS.items()
+                                                           if before[switch]]
+        default = results["train"]["tiny"]["cross_entropy"]["first_epoch"]
+        for name in ("ours", "marian"):  # on a CPU torch's own choice is its fused (flash) kernel
+            assert default[name]["sdpa_kernels"] == {"flash_attention": 3 * layers}, name
+        settings = settings_from_arguments(build_parser().parse_args([*arguments, "--sdpa_backends", "math"]))
         results = run_benchmark(settings, train_script=None, log=lambda message: None)
-        assert results["environment"]["cudnn_attention"] is enabled
-        assert torch.backends.cuda.cudnn_sdp_enabled() is enabled
-        settings = settings_from_arguments(build_parser().parse_args([*arguments, "--no_cudnn_attention"]))
-        results = run_benchmark(settings, train_script=None, log=lambda message: None)
-        assert results["environment"]["cudnn_attention"] is False and results["settings"]["cudnn_attention"] is False
-        assert torch.backends.cuda.cudnn_sdp_enabled() is False
-        assert "SDPA without cuDNN attention" in format_table(results)
-        assert results["generate"]["tiny"]["greedy_batch3"]["same_output"]
+        assert results["environment"]["sdpa_backends"] == ["math"] and results["settings"]["sdpa_backends"] == ["math"]
+        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+        first_epoch = results["train"]["tiny"]["cross_entropy"]["first_epoch"]
+        for name in ("ours", "marian"):  # measured in a fresh process: --sdpa_backends reached it
+            assert first_epoch[name]["sdpa_kernels"] == {"math": 3 * layers}, name
+        table = format_table(results)
+        assert "SDPA kernels math only" in table
+        calls = 3 * layers
+        assert re.search(rf"SDPA's kernel: attention calls per forward\s+math {calls}\s+math {calls}", table)
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(enabled)
+        for switch, enabled in before.items():
+            getattr(torch.backends.cuda, f"enable_{switch}_sdp")(enabled)
 
 
 @pytest.mark.slow

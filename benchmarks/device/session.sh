@@ -46,10 +46,11 @@
 #    9.5 steps/s, lease 2b's tail about 165 s with one average, and about 45 s for each more): within the 900 s of
 #    device time with a start of up to 90 s if the machine is given back right after the wait call.
 #    recipe:multi30k_de_en:--save_total_limit=16 +recipe:multi30k_en_de:--save_total_limit=16
-# 3. eager training (the one-sync change) with and without cuDNN's attention kernels (whether their plan for each
-#    new shape is what makes a first epoch slow: its `step_seconds` against steady):
+# 3. (folded into 5's last step) eager training with torch's own SDPA kernels and with the memory-efficient ones
+#    only (whether cuDNN's plan for each new shape is what makes a first epoch slow: its `step_seconds` against
+#    steady; each run records the kernel SDPA chose for each attention call):
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1
-#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--sdpa_backends,efficient
 # 4. (done 2026-11-28 on an H200, three calls as below: eager training, serving with CTranslate2 and the static cache,
 #    docs/performance.md "GPU: NVIDIA H200"; the compiled half did not end in its 400 s, three Inductor compilations
 #    per model; a second call ran benchmarks/device/compiled_training.py for ours compiled alone, 175 s, stopped
@@ -65,7 +66,7 @@
 #      benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1 \
 #      benchmark:--sizes,base,--only,ctranslate2,--num_beams,1,4 \
 #      benchmark:--sizes,base,--only,generate,--caches,dynamic,static,--num_beams,1,4 \
-#      benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+#      benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--sdpa_backends,efficient
 #                                                          (carry ["device_carry"]), then at once
 #    bash benchmarks/device/session.sh carry-ctranslate2  (carry ["device_carry_ct2"]), then
 #    bash benchmarks/device/session.sh wait               (no carry) while steps remain.
@@ -74,11 +75,13 @@
 # 5. what lease 4 left of the compiled issue: ours and Marian compiled, side by side with eager (the compile section
 #    now compiles each model once, in its fresh process, which measures the steady passes too: about 170 s per model
 #    at base on an H200, 39 s + 67 s + a third graph), first with accelerate's regional compilation (each layer
-#    compiled once: 40 s of compiling against 94 s for the whole model on the CPU), then whole, then the cuDNN cliff.
+#    compiled once: 40 s of compiling against 94 s for the whole model on the CPU), then whole, then the cuDNN cliff
+#    (eager with the memory-efficient kernels only, against the compile section's eager half, whose JSON names
+#    the kernel torch chose).
 #    BENCHMARK_S=460 LEASE_S=780, one call and a wait (carry ["device_carry"] after stage.sh):
 #    benchmark:--sizes,base,--only,compile,--compile_regions,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1
-#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--no_cudnn_attention
+#    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--sdpa_backends,efficient
 #    Each compile JSON gets a table of its own in docs/performance.md (_compile_table, as the CPU one); the whole
 #    model's replaces results-gpu-h200-compile.json (or an -h100- file).
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;

@@ -61,6 +61,30 @@ def count_flops(function: Callable[[], object]) -> int:
     return counter.get_total_flops()
 
 
+def sdpa_kernels(function: Callable[[], object]) -> dict[str, int]:
+    """How many of the `scaled_dot_product_attention` calls in `function()` each kernel ran, as SDPA chose it for
+    each call's arguments (`torch._fused_sdp_choice`, its dispatcher's own choice; SDPBackend's names, in lower case:
+    flash_attention, efficient_attention, cudnn_attention, math). Eager calls only: a compiled graph was traced
+    before."""
+    original = torch.nn.functional.scaled_dot_product_attention
+    kernels: dict[str, int] = {}
+
+    def recorded(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        choice = torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                         enable_gqa=enable_gqa)
+        name = torch.nn.attention.SDPBackend(choice).name.lower()
+        kernels[name] = kernels.get(name, 0) + 1
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa)
+
+    torch.nn.functional.scaled_dot_product_attention = recorded
+    try:
+        function()
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+    return kernels
+
+
 def matmul_peak(device: torch.device, dtype: str, size: int, repeats: int = 5) -> dict:
     """The measured matmul peak: the best rate of `repeats` size x size @ size x size matmuls in `dtype`."""
     generator = torch.Generator(device=device).manual_seed(0)

@@ -64,7 +64,7 @@ def format_table(results: dict) -> str:
         f"Annotated Transformer vs MarianMTModel on {environment['device']} ({environment['device_name']}, "
         f"{environment['threads']} threads), {environment['dtype']}"
         f"{', training through torch.compile' if environment.get('compiled_training') else ''}"
-        f"{', SDPA without cuDNN attention' if environment.get('cudnn_attention') is False else ''}, "
+        f"{_sdpa_backends(results['settings'].get('sdpa_backends'))}, "
         f"torch {environment['torch']}, transformers "
         f"{environment['transformers']}, {environment['date']}; load average {environment['load_average_at_start']:.1f}"
         f" at the start, {environment['load_average_at_end']:.1f} at the end",
@@ -131,8 +131,19 @@ def _training_rows(rows, size: str, train: dict) -> None:
                                 f"{1e3 * m['median_step_seconds_seen_shape']:,.0f}")
     _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
               lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
+    if "sdpa_kernels" in train["first_epoch"]["ours"]:
+        rows.append(("train", size, "SDPA's kernel: attention calls per forward",
+                     *(_kernels(train["first_epoch"][name]["sdpa_kernels"]) for name in ("ours", "marian")), ""))
     if "profile" in train:
         _profile_rows(rows, size, loss, train["profile"])
+
+
+def _sdpa_backends(backends: list[str] | None) -> str:
+    return "" if backends is None else f", SDPA kernels {' '.join(backends)} only"
+
+
+def _kernels(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {calls}" for name, calls in counts.items()) or "none (no SDPA)"
 
 
 def _profile_rows(rows, size: str, setting: str, profiled: dict, run: str = "pass") -> None:

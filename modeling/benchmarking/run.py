@@ -23,7 +23,7 @@ from .data_speed import benchmark_data
 from .generation_speed import benchmark_generation
 from .lengths import corpus_lengths, synthetic_lengths
 from .measure import MemoryWatch, matmul_peak
-from .settings import BenchmarkSettings, configure_torch
+from .settings import BenchmarkSettings, configure_torch, enabled_sdpa_backends
 from .training_speed import benchmark_eager_or_compiled, benchmark_training_loss, loss_name, side_by_side
 
 CTRANSLATE2_MISSING = "ctranslate2 is not installed (pip install -e '.[ctranslate2]')"
@@ -59,7 +59,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "compiled_training": settings.compile,
         "compile_backend": settings.compile_backend if settings.compile or "compile" in settings.sections else None,
         "compile_regions": settings.compile_regions if settings.compile or "compile" in settings.sections else None,
-        "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
+        "sdpa_backends": enabled_sdpa_backends(),  # those SDPA may choose from (see --sdpa_backends)
         "memory_method": MemoryWatch(device).method,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

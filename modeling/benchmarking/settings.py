@@ -21,6 +21,9 @@ SECTIONS = ("train", "generate", "ctranslate2", "data", "compile")
 DEFAULT_SECTIONS = ("train", "generate", "ctranslate2", "data")
 DEVICES = ("cpu", "cuda")
 CACHES = ("dynamic", "static")  # generate()'s cache: a static one lets it compile the decoding step on a GPU
+# SDPA's kernels by the names --sdpa_backends takes, each with its switch in torch (torch.backends.cuda's
+# enable_<switch>_sdp, which the CPU's SDPA obeys too)
+SDPA_BACKENDS = {"math": "math", "flash": "flash", "efficient": "mem_efficient", "cudnn": "cudnn"}
 DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
 WMT14_PAIRS = 4_500_000
 DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
@@ -30,7 +33,7 @@ DEFAULTS = dict(
     sections=list(DEFAULT_SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
     vocab_size=8000, max_length=128, seed=0, compile=False, compile_backend="inductor", compile_regions=False,
-    profile=False, cudnn_attention=True,
+    profile=False, sdpa_backends=None,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -74,7 +77,7 @@ class BenchmarkSettings:
     compile_backend: str
     compile_regions: bool
     profile: bool
-    cudnn_attention: bool
+    sdpa_backends: list[str] | None
     quick: bool
     output: str
 
@@ -85,6 +88,11 @@ class BenchmarkSettings:
             unknown = [item for item in value if item not in choices]
             if unknown or not value:
                 raise ValueError(f"{flag(name)} {_shown(value)}: choose one or more of {list(choices)}.")
+        if self.sdpa_backends is not None:
+            unknown = [item for item in self.sdpa_backends if item not in SDPA_BACKENDS]
+            if unknown or not self.sdpa_backends:
+                raise ValueError(f"--sdpa_backends {_shown(self.sdpa_backends)}: choose one or more of "
+                                 f"{list(SDPA_BACKENDS)}.")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: choose one of {list(DEVICES)}.")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -118,11 +126,18 @@ class BenchmarkSettings:
 
 
 def configure_torch(settings: BenchmarkSettings) -> None:
-    """What a measuring process sets in torch: its threads, and cuDNN attention turned off where asked (never turned
-    on: off by default in a torch, it stays off)."""
+    """What a measuring process sets in torch: its threads, and with --sdpa_backends SDPA's kernels (those named on,
+    the others off; without it torch's own settings stay)."""
     torch.set_num_threads(settings.threads)
-    if not settings.cudnn_attention:
-        torch.backends.cuda.enable_cudnn_sdp(False)
+    if settings.sdpa_backends is not None:
+        for name, switch in SDPA_BACKENDS.items():
+            getattr(torch.backends.cuda, f"enable_{switch}_sdp")(name in settings.sdpa_backends)
+
+
+def enabled_sdpa_backends() -> list[str]:
+    """The SDPA kernels torch may choose from now (torch.backends.cuda's switches)."""
+    return [name for name, switch in SDPA_BACKENDS.items()
+            if getattr(torch.backends.cuda, f"{switch}_sdp_enabled")()]
 
 
 def check_output(path: Path) -> None:
@@ -204,9 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="After the steady passes, one more per model under torch.profiler, and after each generation "
              "setting's timed calls one more call: its time by kind of work (matrix products, attention, the loss, "
              "the optimizer, ...) and, on a GPU, the fraction of it kernels ran (off).")
-    add("--no_cudnn_attention", dest="cudnn_attention", action="store_false", default=None,
-        help="Both models' SDPA without cuDNN's attention kernels (torch.backends.cuda.enable_cudnn_sdp(False)), "
-             "which build a plan for each new shape: flash or memory-efficient attention instead (on).")
+    add("--sdpa_backends", nargs="+", metavar="BACKEND",
+        help=f"The kernels both models' SDPA may choose from: {' '.join(SDPA_BACKENDS)} (torch.backends.cuda's "
+             "switches; on a GPU flash takes no padding mask: a training step falls back to another or fails where it is "
+             "alone; cuDNN's build a plan for each new shape). The training section records the kernel SDPA chose "
+             "for each attention call (default: torch's own settings).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

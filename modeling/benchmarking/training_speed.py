@@ -44,7 +44,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from . import measure
 from .lengths import PairLengths, batch_lengths, training_batch
-from .measure import MemoryWatch, autocast, count_flops, interleaved, timed
+from .measure import MemoryWatch, autocast, count_flops, interleaved, sdpa_kernels, timed
 from .models import MODEL_NAMES, benchmark_config, build_model, build_models, trainable_parameters
 from .profiling import profiled_in_turn
 from .report import comparison
@@ -216,8 +216,14 @@ def fresh_training_run(spec: dict) -> dict:
             for _ in range(spec.get("steady_passes", 0))
         ]
     peak, training = memory.read()
+    # After the timed steps, so that they meet each shape first: SDPA's kernel for each attention call of a training
+    # forward on the first batch, eager (a compiled graph runs the kernels chosen when it was traced)
+    first = loss_function(spec["model"], model, spec["label_smoothing"])
+    with autocast(device, settings.dtype):
+        kernels = sdpa_kernels(lambda: first(batches[0]))
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
-            "training_memory_bytes": training, "compile_seconds": compiled, "steady_seconds": steady_seconds}
+            "training_memory_bytes": training, "compile_seconds": compiled, "steady_seconds": steady_seconds,
+            "sdpa_kernels": kernels}
 
 
 def steps_by_shape(step_seconds: list[list[float]], unseen: list[bool]) -> dict:
@@ -295,7 +301,8 @@ def benchmark_training_loss(
                                 if settings.compile else {}),
                              "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
                              "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
-                             "step_seconds": step_seconds, **steps_by_shape(step_seconds, unseen)}
+                             "step_seconds": step_seconds, **steps_by_shape(step_seconds, unseen),
+                             "sdpa_kernels": runs[0]["sdpa_kernels"]}
     return {
         "label_smoothing": label_smoothing,
         "marian_loss": "MarianMTModel's cross-entropy" if label_smoothing == 0 else "transformers' LabelSmoother",
