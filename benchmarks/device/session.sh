@@ -84,6 +84,11 @@
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--sdpa_backends,efficient
 #    Each compile JSON gets a table of its own in docs/performance.md (_compile_table, as the CPU one); the whole
 #    model's replaces results-gpu-h200-compile.json (or an -h100- file).
+# 6. after 5, the compiled issue's big-model target (>= 40% of the measured peak): big, eager and compiled, side by
+#    side, with whichever compilation 5 found faster (here regional), the same call and wait:
+#    BENCHMARK_S=600 LEASE_S=780 bash benchmarks/device/session.sh start \
+#      benchmark:--sizes,big,--only,compile,--compile_regions,--fresh_runs,1,--label_smoothing,0.1
+#    Its JSON goes to benchmarks/results-gpu-<device>-compile-big.json, a table of the same shape.
 # Each call copies each finished step's files into $OUT (<step>.log, the end of its log; <step>.json, its figures;
 # for checks also checks.pytest.log, the tests' whole output)
 # and prints every step's state. Steps:

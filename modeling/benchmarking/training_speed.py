@@ -13,7 +13,8 @@ data loading is not in these timings (the data section times it).
   allocator or kernel cache warmed by the other model), one process per model and run, alternating which
   model goes first. One untimed step on a one-pair batch first starts what any run starts once (threads, CUDA
   libraries, optimizer state). Peak memory is measured there (see `MemoryWatch`), from before that step. With
-  `--compile` (both models through `torch.compile`) the timed steps include compiling for the batches' shapes.
+  `--compile` (both models through `torch.compile`) the timed steps include compiling for the batches' shapes
+  (`compile_seconds`), and the warm-up compiles a run's first graph (`warm_up_compile_seconds`).
   Each step's time is kept (`step_seconds`), with the median step whose padded shape comes for the first time in
   the pass against the median of those whose shape came before (`steps_by_shape`): what a new shape costs (the
   workload lists the shapes and the steps that bring a new one).
@@ -205,11 +206,15 @@ def fresh_training_run(spec: dict) -> dict:
         # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
         # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
         warm_up = _device_batches([([2], [2])], settings, device)[0]
+        compiled_before = compile_seconds()
         training_step(loss_of, optimizer, warm_up, device, settings.dtype)
-        compiled_before = compile_seconds()  # what the timed steps compile (the warm-up's graph is not theirs)
+        # The warm-up's graph, a run's first (a real run compiles it on its first batch), is counted apart from what
+        # the timed steps compile
+        warm_up_compiled = compile_seconds() - compiled_before
+        compiled_before += warm_up_compiled
         step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
                         for batch in batches]
-        compiled = compile_seconds() - compiled_before  # before `compiling` resets what dynamo counted
+        compiled = compile_seconds() - compiled_before
         steady_seconds = [  # compiled: the steady passes too, on the graphs this process compiled (see the module doc)
             timed(lambda: [training_step(loss_of, optimizer, batch, device, settings.dtype) for batch in batches],
                   device)[0]
@@ -222,7 +227,8 @@ def fresh_training_run(spec: dict) -> dict:
     with autocast(device, settings.dtype):
         kernels = sdpa_kernels(lambda: first(batches[0]))
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
-            "training_memory_bytes": training, "compile_seconds": compiled, "steady_seconds": steady_seconds,
+            "training_memory_bytes": training, "compile_seconds": compiled,
+            "warm_up_compile_seconds": warm_up_compiled, "steady_seconds": steady_seconds,
             "sdpa_kernels": kernels}
 
 
@@ -296,6 +302,8 @@ def benchmark_training_loss(
         step_seconds = [run["step_seconds"] for run in runs]
         first_epoch[name] = {**rates(name, [run["seconds"] for run in runs]),
                              **({"compile_seconds": statistics.median(run["compile_seconds"] for run in runs),
+                                 "warm_up_compile_seconds": statistics.median(run["warm_up_compile_seconds"]
+                                                                              for run in runs),
                                  "after_compiling": rates(name, [run["seconds"] - run["compile_seconds"]
                                                                  for run in runs])}
                                 if settings.compile else {}),
@@ -336,6 +344,7 @@ SIDE_BY_SIDE = (
     ("first epoch target tokens/s, compiling left out", ("first_epoch", "after_compiling", "target_tokens_per_s")),
     ("first epoch target tokens/s", ("first_epoch", "target_tokens_per_s")),
     ("compile seconds (first epoch)", ("first_epoch", "compile_seconds")),
+    ("compile seconds (the first graph, on the warm-up batch)", ("first_epoch", "warm_up_compile_seconds")),
     ("steady FLOP/s", ("steady", "flops_per_s")),
     ("steady share of the measured peak", ("steady", "peak_fraction")),
     ("peak memory bytes", ("first_epoch", "peak_memory_bytes")),

@@ -100,8 +100,8 @@ def _compile_table(benchmarks: Benchmarks, files: tuple[str, ...]) -> str:
         loss["compiled"].get("steady_passes", "both models in one process, after an untimed pass, alternating")
         for result in results for losses in result["compile"].values() for loss in losses.values())
     regions = any(result["environment"].get("compile_regions") for result in results)
-    how = ("each layer compiled on its own, accelerate's regional compilation (`accelerate launch "
-           "--dynamo_use_regional_compilation` with the Trainer's --torch_compile)") if regions else \
+    how = ("each layer compiled on its own: accelerate's regional compilation, `accelerate launch "
+           "--dynamo_use_regional_compilation` with the Trainer's --torch_compile") if regions else \
         "the Trainer's --torch_compile"
     method = (f"torch.compile with the {backend} backend ({how}); first epoch: the steps once "
               "in a fresh process per model, its compile seconds measured by torch.compile, and its speed with them "
@@ -115,6 +115,12 @@ def _compile_table(benchmarks: Benchmarks, files: tuple[str, ...]) -> str:
 def performance_cpu_compile(benchmarks: Benchmarks) -> str:
     """Training eager and compiled, ours and Marian, on the CPU."""
     return _compile_table(benchmarks, ("results-cpu-compile.json",))
+
+
+@table("performance-cpu-compile-regions")
+def performance_cpu_compile_regions(benchmarks: Benchmarks) -> str:
+    """Training eager and with each layer compiled on its own (regional compilation), ours and Marian, on the CPU."""
+    return _compile_table(benchmarks, ("results-cpu-compile-regions.json",))
 
 
 @table("performance-cpu-training")
