@@ -73,15 +73,15 @@
 #    Its JSON goes to benchmarks/results-gpu-<device>-compile.json and -serving.json, rendered into
 #    docs/performance.md by tables of the same shape as the CPU ones (performance-cpu-compile).
 # 5. what lease 4 left of the compiled issue: ours and Marian compiled, side by side with eager (the compile section
-#    now compiles each model once, in its fresh process, which measures the steady passes too: about 170 s per model
-#    at base on an H200, 39 s + 67 s + a third graph), first with accelerate's regional compilation (each layer
-#    compiled once: 40 s of compiling against 94 s for the whole model on the CPU), then whole, then the cuDNN cliff
-#    (eager with the memory-efficient kernels only, against the compile section's eager half, whose JSON names
-#    the kernel torch chose).
+#    compiles each model once, in its fresh process, which measures the steady passes too: about 170 s per model at
+#    base on an H200 for the whole model, 39 s + 67 s + a third graph), first with accelerate's regional compilation
+#    (each kind of layer compiled once: on the CPU 58 s against 79 s for the whole model, less memory, steps as
+#    fast), then the cuDNN cliff (eager with the memory-efficient kernels only, against the compile section's eager
+#    half, whose JSON names the kernel torch chose), then the whole model if time is left (a step needs 180 s).
 #    BENCHMARK_S=460 LEASE_S=780, one call and a wait (carry ["device_carry"] after stage.sh):
 #    benchmark:--sizes,base,--only,compile,--compile_regions,--fresh_runs,1,--label_smoothing,0.1
-#    benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1
 #    benchmark:--sizes,base,--only,train,--fresh_runs,1,--label_smoothing,0.1,--sdpa_backends,efficient
+#    benchmark:--sizes,base,--only,compile,--fresh_runs,1,--label_smoothing,0.1
 #    Each compile JSON gets a table of its own in docs/performance.md (_compile_table, as the CPU one); the whole
 #    model's replaces results-gpu-h200-compile.json (or an -h100- file).
 # 6. after 5, the compiled issue's big-model target (>= 40% of the measured peak): big, eager and compiled, side by
