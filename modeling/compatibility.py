@@ -1,12 +1,15 @@
 """What differs between the supported transformers versions (5.17 and later).
 
 - transformers 5.24 renamed the key/value cache `past_key_values` to `cache` (the argument generate() passes to
-  forward(), the output field and the masking functions' keyword). The model takes either name as an argument,
-  keeps `cache` inside, and returns and hands on its cache under the name of the installed version (`CACHE_NAME`).
+  forward(), the output field and the masking functions' keyword). The model takes either name as an argument (the old
+  one with transformers' deprecation warning where `cache` is the installed name), keeps `cache` inside, and returns
+  and hands on its cache under the name of the installed version (`CACHE_NAME`).
 - transformers 5.24 counts recorded hidden states by a depth key of the stack's own (`layer_outputs`).
 
 Travels with the model (relative import of modeling_annotated_transformer.py).
 """
+
+import warnings
 
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -16,8 +19,9 @@ from transformers.utils.output_capturing import OutputRecorder
 CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
-def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier versions)."""
+def cache_argument(cache: Cache | None, past_key_values: Cache | None, caller: str) -> Cache | None:
+    """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier versions; where `cache` is
+    the installed name, the old one warns as transformers' own models do, naming `caller`)."""
     if past_key_values is None:
         return cache
     if cache is not None:
@@ -25,6 +29,9 @@ def cache_argument(cache: Cache | None, past_key_values: Cache | None) -> Cache 
             "Pass the key/value cache as `cache` or as `past_key_values`, not both (generate() before transformers "
             "5.24 takes it as `past_key_values` only)."
         )
+    if CACHE_NAME == "cache":
+        warnings.warn(f"`past_key_values` is deprecated for `{caller}`. Use `cache` instead.", FutureWarning,
+                      stacklevel=2)
     return past_key_values
 
 

@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 import transformers
@@ -156,7 +158,8 @@ def test_cached_step_logits_equal_teacher_forced_logits(model):
 
 
 def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_ones(model):
-    """transformers 5.24 renamed `past_key_values` to `cache`: a step continues the same cache given either name;
+    """transformers 5.24 renamed `past_key_values` to `cache`: a step continues the same cache given either name (the
+    old one, where `cache` is the installed name, with transformers' deprecation warning, as its own models give it);
     given both, the call is refused."""
     input_ids, attention_mask = padded_batch()
     encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
@@ -167,8 +170,16 @@ def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_o
                     use_cache=True)
         cache = getattr(out, CACHE_NAME)
         assert isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() == 1
-        steps[name] = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=second,
-                            use_cache=True, **{name: cache})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            steps[name] = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
+                                decoder_input_ids=second, use_cache=True, **{name: cache})
+        deprecated = [str(warning.message) for warning in caught if "is deprecated" in str(warning.message)]
+        if name == "past_key_values" and CACHE_NAME == "cache":
+            assert deprecated == ["`past_key_values` is deprecated for "
+                                  "`AnnotatedTransformerForConditionalGeneration.forward`. Use `cache` instead."]
+        else:
+            assert deprecated == [], name
         assert getattr(steps[name], CACHE_NAME) is cache and cache.get_seq_length() == 2
     torch.testing.assert_close(steps["cache"].logits, steps["past_key_values"].logits, rtol=0, atol=0)
     with pytest.raises(ValueError, match="not both"):

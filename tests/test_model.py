@@ -378,6 +378,21 @@ def test_generate_refuses_source_ids_outside_the_vocabulary():
         tiny_model().generate(input_ids.masked_fill(input_ids == input_ids[0, 0], 99), max_new_tokens=3)
 
 
+def test_the_decoder_alone_without_the_encoders_output_is_refused():
+    """Each decoder layer attends to the encoder's output (§3.2.3): the decoder called alone without
+    `encoder_hidden_states` is refused in one line, where its encoder-decoder attention ran on the decoder's own states
+    and filled the self-attention cache twice; with them it gives the whole model's decoder states."""
+    model = tiny_model().eval()
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = input_ids[:, :4]
+    with pytest.raises(ValueError, match=r"^The decoder needs `encoder_hidden_states`: each of its layers attends"):
+        model.get_decoder()(input_ids=decoder_input_ids)
+    whole = model.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    alone = model.get_decoder()(input_ids=decoder_input_ids, encoder_hidden_states=whole.encoder_last_hidden_state,
+                                encoder_attention_mask=attention_mask)
+    torch.testing.assert_close(alone.last_hidden_state, whole.last_hidden_state, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("shape", [(1, 0), (0, 4)])
 def test_an_empty_input_is_refused_by_name(shape):
     """torch would fail deep inside attention, reshaping the heads of zero tokens."""
