@@ -19,9 +19,9 @@ from transformers.utils.output_capturing import OutputRecorder
 CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
-def cache_argument(cache: Cache | None, past_key_values: Cache | None, caller: str) -> Cache | None:
+def cache_argument(module: nn.Module, cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
     """The cache passed as `cache` (transformers >= 5.24) or as `past_key_values` (earlier versions; where `cache` is
-    the installed name, the old one warns as transformers' own models do, naming `caller`)."""
+    the installed name, the old one warns as transformers' own models do, naming `module`'s forward)."""
     if past_key_values is None:
         return cache
     if cache is not None:
@@ -30,8 +30,8 @@ def cache_argument(cache: Cache | None, past_key_values: Cache | None, caller: s
             "5.24 takes it as `past_key_values` only)."
         )
     if CACHE_NAME == "cache":
-        warnings.warn(f"`past_key_values` is deprecated for `{caller}`. Use `cache` instead.", FutureWarning,
-                      stacklevel=2)
+        warnings.warn(f"`past_key_values` is deprecated for `{type(module).__name__}.forward`. Use `cache` instead.",
+                      FutureWarning, stacklevel=2)
     return past_key_values
 
 

@@ -305,7 +305,7 @@ class AnnotatedTransformerDecoderLayer(GradientCheckpointingLayer):
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        cache = cache_argument(cache, past_key_values, "AnnotatedTransformerDecoderLayer.forward")
+        cache = cache_argument(self, cache, past_key_values)
         hidden_states = self.self_attn_sublayer(
             hidden_states,
             lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
@@ -441,7 +441,7 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         if encoder_hidden_states is None:  # a decoder layer would run its encoder-decoder attention on itself
             raise ValueError("The decoder needs `encoder_hidden_states`: each of its layers attends to the encoder's "
                              "output (§3.2.3); run the encoder first or call the whole model.")
-        cache = cache_argument(cache, past_key_values, "AnnotatedTransformerDecoder.forward")
+        cache = cache_argument(self, cache, past_key_values)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         elif cache is not None and not isinstance(cache, EncoderDecoderCache):
@@ -552,7 +552,7 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            cache=cache_argument(cache, past_key_values, "AnnotatedTransformerModel.forward"),
+            cache=cache_argument(self, cache, past_key_values),
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
@@ -666,7 +666,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
                 decoder_input_ids=decoder_input_ids,
                 decoder_attention_mask=decoder_attention_mask,
                 encoder_outputs=encoder_outputs,
-                cache=cache_argument(cache, past_key_values, "AnnotatedTransformerForConditionalGeneration.forward"),
+                cache=cache_argument(self, cache, past_key_values),
                 inputs_embeds=inputs_embeds,
                 decoder_inputs_embeds=decoder_inputs_embeds,
                 use_cache=use_cache,
