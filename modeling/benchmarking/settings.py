@@ -221,9 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
              "the optimizer, ...) and, on a GPU, the fraction of it kernels ran (off).")
     add("--sdpa_backends", nargs="+", metavar="BACKEND",
         help=f"The kernels both models' SDPA may choose from: {' '.join(SDPA_BACKENDS)} (torch.backends.cuda's "
-             "switches; on a GPU flash takes no padding mask: a training step falls back to another or fails where it is "
-             "alone; cuDNN's build a plan for each new shape). The training section records the kernel SDPA chose "
-             "for each attention call (default: torch's own settings).")
+             "switches; on a GPU flash takes no padding mask: a training step falls back to another or fails where "
+             "it is alone; cuDNN's build a plan for each new shape). The training section records the kernel SDPA "
+             "chose for each attention call (default: torch's own settings).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")
