@@ -253,6 +253,28 @@ def test_settings_defaults_quick_and_errors():
         parse("--sdpa_backends", "flex")
 
 
+def test_sdpa_kernels_counts_each_calls_kernel_and_a_choice_torch_cannot_give_costs_nothing(monkeypatch):
+    """`measure.sdpa_kernels` counts SDPA's choice for each call and leaves the calls' results as they are; where
+    torch's private `_fused_sdp_choice` fails, the call is counted as "unknown" and still runs."""
+    model = tiny_twins()[0].train()
+    batch = padded_pairs()
+    original = torch.nn.functional.scaled_dot_product_attention
+    torch.manual_seed(0)
+    plain = model(**batch).loss
+    layers = model.config.encoder_layers + 2 * model.config.decoder_layers
+    losses = []
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("no choice")
+
+    for choice, expected in ((torch._fused_sdp_choice, {"flash_attention": layers}), (failing, {"unknown": layers})):
+        monkeypatch.setattr(torch, "_fused_sdp_choice", choice)
+        torch.manual_seed(0)  # the same dropout masks as the plain call's
+        assert measure.sdpa_kernels(lambda: losses.append(model(**batch).loss)) == expected
+        assert torch.nn.functional.scaled_dot_product_attention is original  # put back
+        torch.testing.assert_close(losses[-1], plain, rtol=0, atol=0)
+
+
 def test_sdpa_backends_limit_the_kernels_and_the_training_section_records_those_sdpa_chose(tmp_path):
     """--sdpa_backends: both models' SDPA in every measuring process (the fresh ones included) may choose only the
     named kernels, which the environment records, and each model's first epoch records the kernel SDPA chose for

@@ -64,15 +64,18 @@ def count_flops(function: Callable[[], object]) -> int:
 def sdpa_kernels(function: Callable[[], object]) -> dict[str, int]:
     """How many of the `scaled_dot_product_attention` calls in `function()` each kernel ran, as SDPA chose it for
     each call's arguments (`torch._fused_sdp_choice`, its dispatcher's own choice; SDPBackend's names, in lower case:
-    flash_attention, efficient_attention, cudnn_attention, math). Eager calls only: a compiled graph was traced
-    before."""
+    flash_attention, efficient_attention, cudnn_attention, math; "unknown" where torch cannot say). Eager calls
+    only: a compiled graph was traced before."""
     original = torch.nn.functional.scaled_dot_product_attention
     kernels: dict[str, int] = {}
 
     def recorded(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        choice = torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                                         enable_gqa=enable_gqa)
-        name = torch.nn.attention.SDPBackend(choice).name.lower()
+        try:  # a private function: its failing must not cost the call (nor a benchmark its figures)
+            name = torch.nn.attention.SDPBackend(torch._fused_sdp_choice(
+                query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+            )).name.lower()
+        except (RuntimeError, TypeError, ValueError, AttributeError):
+            name = "unknown"
         kernels[name] = kernels.get(name, 0) + 1
         return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, enable_gqa=enable_gqa)
