@@ -279,8 +279,7 @@ def test_sdpa_backends_limit_the_kernels_and_the_training_section_records_those_
     """--sdpa_backends: both models' SDPA in every measuring process (the fresh ones included) may choose only the
     named kernels, which the environment records, and each model's first epoch records the kernel SDPA chose for
     each attention call of a training forward; a run without it leaves torch's own settings alone."""
-    switches = ("math", "flash", "mem_efficient", "cudnn")
-    before = {switch: getattr(torch.backends.cuda, f"{switch}_sdp_enabled")() for switch in switches}
+    before = {switch: getattr(torch.backends.cuda, f"{switch}_sdp_enabled")() for switch in SDPA_BACKENDS.values()}
     config = benchmark_config("tiny")
     assert config.encoder_layers == config.decoder_layers
     layers = config.encoder_layers  # per forward: each layer's encoder self, decoder self and cross attention

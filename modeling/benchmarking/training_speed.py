@@ -206,15 +206,14 @@ def fresh_training_run(spec: dict) -> dict:
         # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
         # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
         warm_up = _device_batches([([2], [2])], settings, device)[0]
-        compiled_before = compile_seconds()
+        # The warm-up compiles a run's first graph (a real run, on its first batch), counted apart from the timed
+        # steps' graphs
+        before_warm_up = compile_seconds()
         training_step(loss_of, optimizer, warm_up, device, settings.dtype)
-        # The warm-up's graph, a run's first (a real run compiles it on its first batch), is counted apart from what
-        # the timed steps compile
-        warm_up_compiled = compile_seconds() - compiled_before
-        compiled_before += warm_up_compiled
+        after_warm_up = compile_seconds()
         step_seconds = [timed(lambda: training_step(loss_of, optimizer, batch, device, settings.dtype), device)[0]
                         for batch in batches]
-        compiled = compile_seconds() - compiled_before
+        compiled = compile_seconds() - after_warm_up
         steady_seconds = [  # compiled: the steady passes too, on the graphs this process compiled (see the module doc)
             timed(lambda: [training_step(loss_of, optimizer, batch, device, settings.dtype) for batch in batches],
                   device)[0]
@@ -228,7 +227,7 @@ def fresh_training_run(spec: dict) -> dict:
         kernels = sdpa_kernels(lambda: first(batches[0]))
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
             "training_memory_bytes": training, "compile_seconds": compiled,
-            "warm_up_compile_seconds": warm_up_compiled, "steady_seconds": steady_seconds,
+            "warm_up_compile_seconds": after_warm_up - before_warm_up, "steady_seconds": steady_seconds,
             "sdpa_kernels": kernels}
 
 

@@ -273,15 +273,16 @@ def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
     compiled_steps = probe["compiled_first_pass"]
     shape = tuple(compiled_steps[0]["shape"])  # the most common shape: the batches of the shortest pairs
 
-    def eager_step(model: str) -> float:  # its steps of `shape` after the first, in the fresh process
-        seconds = eager["first_epoch"][model]["step_seconds"][0]
-        return statistics.median([s for step, s in enumerate(seconds) if shapes[step] == shape and shape in shapes[:step]])
-
-    compiled = statistics.median([step["seconds"] for step in compiled_steps
-                        if tuple(step["shape"]) == shape and not step["compile_seconds"]])
+    seen_again = [step for step, seen in enumerate(shapes) if seen == shape and shape in shapes[:step]]
+    eager_step = {  # each model's steps of `shape` after its first, in the fresh process
+        model: statistics.median(eager["first_epoch"][model]["step_seconds"][0][step] for step in seen_again)
+        for model in ("ours", "marian")
+    }
+    compiled = statistics.median(step["seconds"] for step in compiled_steps
+                                 if tuple(step["shape"]) == shape and not step["compile_seconds"])
     described = f"a step of {shape[0]:,} pairs padded to {shape[1]} source and {shape[2]} target tokens, s"
-    rows.append((described, f"{eager_step('ours'):.4f}", f"{eager_step('marian'):.4f}", f"{compiled:.4f}",
-                 _ratio(eager_step("marian") / compiled)))
+    rows.append((described, f"{eager_step['ours']:.4f}", f"{eager_step['marian']:.4f}", f"{compiled:.4f}",
+                 _ratio(eager_step["marian"] / compiled)))
     for step in compiled_steps:
         if step["compile_seconds"]:
             pairs, source, target = step["shape"]
@@ -293,10 +294,10 @@ def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
                  "stopped while compiling", "—"))
     method = (f"{_size('base')}, label smoothing 0.1, {run['settings']['max_tokens']:,}-token batches, "
               f"{_lengths(run)}, {len(shapes)} steps of {len(set(shapes))} padded shapes. Eager: the compile section's "
-              "eager half (its compiled half, each model compiled in a fresh process and again in the run's own, did not end "
-              "in its 400 s); compiled: "
-              "ours alone through torch.compile (inductor) in one process on a second H200 of the same image, each "
-              "step of its first pass timed, stopped at its time limit while compiling a third graph.")
+              "eager half (its compiled half, each model compiled in a fresh process and again in the run's own, did "
+              "not end in its 400 s); compiled: ours alone through torch.compile (inductor) in one process on a "
+              "second H200 of the same image, each step of its first pass timed, stopped at its time limit while "
+              "compiling a third graph.")
     return _block(_measured_on(run, method=method),
                   _table(("figure", "ours eager", "MarianMTModel eager", "ours compiled",
                           "Marian eager / ours compiled"), rows))
@@ -326,9 +327,10 @@ def performance_gpu_h200_serving(benchmarks: Benchmarks) -> str:
                 _ratio(run["ratio"]["ctranslate2_bfloat16"]), _ratio(to_marian),
                 "yes" if all(run[engine]["same_output"] for engine in run["ratio"]) else "no",
             ))
-    method = (f"{_size('base')}, {exported['settings']['max_new_tokens']} new tokens per sentence, {_lengths(exported)}, "
-              f"the median of {exported['settings']['repetitions']} alternating calls. Two runs: CTranslate2 against "
-              "our generate() (dynamic cache) in one process, and generate() of ours against Marian's with the "
+    method = (f"{_size('base')}, {exported['settings']['max_new_tokens']} new tokens per sentence, "
+              f"{_lengths(exported)}, the median of {exported['settings']['repetitions']} alternating calls. Two "
+              "runs: CTranslate2 against our generate() (dynamic cache) in one process, and generate() of ours against "
+              "Marian's with the "
               "dynamic and the static cache (whose decoding step transformers compiles into a CUDA graph) in "
               "another; CTranslate2 / Marian multiplies the two runs' ratios through our dynamic-cache generate(), "
               "measured in both.")
