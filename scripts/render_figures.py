@@ -3,14 +3,16 @@
 `python scripts/render_figures.py` regenerates model_card.md (the reference model's card) and rewrites the content of
 every marker block (`<!-- figures: NAME -->` ... `<!-- /figures -->`); `--check` changes nothing and exits 1 naming
 each stale block, unknown table, broken marker and missing `benchmarks/....json` a document names. `--list` prints the
-table names. How each table is rendered: modeling/benchmarking/figures/ (recipes.py, performance.py).
+table names. How each table is rendered: tools/figures/ (recipes.py, performance.py), a repository tool that the
+installed package does not hold.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-from modeling.benchmarking.figures import REPOSITORY, TABLES, check_documents, update_documents
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tools/, which is not installed
+from tools.figures import REPOSITORY, TABLES, check_documents, update_documents  # noqa: E402
 
 
 def main(argv=None) -> int:

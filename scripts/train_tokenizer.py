@@ -1,10 +1,10 @@
 """Train the byte-level BPE tokenizer on a parallel corpus (or on text files) and save it for `from_pretrained`.
 
 Examples:
-    python scripts/train_tokenizer.py --data ../shared/data/multi30k --source_lang de --target_lang en \\
+    python scripts/train_tokenizer.py --data data/multi30k --source_lang de --target_lang en \\
         --vocab_size 8000 --output_dir outputs/tokenizer-multi30k
     python scripts/train_tokenizer.py --files train.de.gz train.en.gz --output_dir outputs/tok
-    python scripts/train_tokenizer.py --data ../shared/data/multi30k --source_lang de --target_lang en \\
+    python scripts/train_tokenizer.py --data data/multi30k --source_lang de --target_lang en \\
         --separate --output_dir outputs/tok-separate   # target tokenizer in outputs/tok-separate/target_tokenizer
 
 A bad argument or unreadable data stops it before anything is written: one line `train_tokenizer.py: error: ...`,

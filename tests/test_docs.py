@@ -1,13 +1,19 @@
-"""The front door and the manual: a README of at most 250 lines that links every page of docs/, and user pages that
-tell no story of how the project was made (no commit hashes, no "issue", no "this session")."""
+"""The front door and the manual: a README of at most 250 lines that links every page of docs/, user pages that
+tell no story of how the project was made (no commit hashes, no "issue", no "this session"), and nothing users get
+(code, help texts, configs, docs, benchmarks' JSON) that speaks of the workshop it was built in."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# Words of how the project is built, which mean nothing to a user: where the tests find their shared data, the
+# machines lent for GPU runs, the work items. Only tests/ and the experiments' log may use them.
+BUILD_WORDS = re.compile(r"\bleases?\b|\.\./shared|\bthe issue\b|\bthis session\b|device_carry", flags=re.I)
+BUILD_WORDS_ALLOWED = ("tests/", "docs/experiments.md")
 MANUAL = ["training", "data", "results", "performance", "guarantees", "architecture", "experiments", "annotated"]
 USER_PAGES = [README, ROOT / "model_card.md", *(ROOT / "docs" / f"{page}.md" for page in MANUAL)]
 
@@ -37,3 +43,42 @@ def test_every_relative_link_of_a_user_page_points_at_a_file(page):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
         if not re.match(r"[a-z]+://|mailto:", target):
             assert (page.parent / target).exists(), f"{page.name} links {target}, which does not exist"
+
+
+def repository_files(root: Path) -> list[Path]:
+    """Every file of the repository a clone holds, and every new one not ignored (all files outside a git checkout)."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(path for path in root.rglob("*") if path.is_file() and ".git" not in path.parts)
+    return sorted(root / name for name in listed if (root / name).is_file())
+
+
+def build_words(root: Path) -> list[str]:
+    """"path:line: word" for each build word in a text file under `root`, outside tests/ and docs/experiments.md."""
+    found = []
+    for path in repository_files(root):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(BUILD_WORDS_ALLOWED):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):  # pictures, archives
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{relative}:{number}: {match.group()}" for match in BUILD_WORDS.finditer(line)]
+    return found
+
+
+def test_nothing_users_get_speaks_of_how_the_project_is_built():
+    assert build_words(ROOT) == []
+
+
+def test_the_build_words_check_finds_an_inserted_word(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "recipe.yaml").write_text("max_steps: 10\nstop_time_hours: 0.25  # the lease's budget\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("# data from ../shared/data\n")  # tests may name it
+    (tmp_path / "scripts.py").write_text("HELP = 'a release, please'\n")  # no word, only letters of one
+    assert build_words(tmp_path) == ["configs/recipe.yaml:2: lease"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import load_script
 
-from modeling.benchmarking.figures import (
+from tools.figures import (
     REPOSITORY,
     TABLES,
     check_documents,

@@ -24,7 +24,7 @@ CACHES = ("dynamic", "static")  # generate()'s cache: a static one lets it compi
 # SDPA's kernels by the names --sdpa_backends takes, each with its switch in torch (torch.backends.cuda's
 # enable_<switch>_sdp, which the CPU's SDPA obeys too)
 SDPA_BACKENDS = {"math": "math", "flash": "flash", "efficient": "mem_efficient", "cudnn": "cudnn"}
-DEFAULT_DATA_DIR = "../shared/data/multi30k"  # from the project root (see the folder's README)
+DEFAULT_DATA_DIR = "data/multi30k"  # from the project root, where docs/data.md puts Multi30k
 WMT14_PAIRS = 4_500_000
 DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 

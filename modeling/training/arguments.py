@@ -131,7 +131,7 @@ class DataArguments:
     data_dir: str | None = field(
         default=None,
         metadata={
-            "help": "A local parallel corpus: a directory of {split}.{lang}[.gz] files (e.g. ../shared/data/multi30k), "
+            "help": "A local parallel corpus: a directory of {split}.{lang}[.gz] files (e.g. data/multi30k), "
             "of {split}.tsv/.jsonl files, or a DatasetDict saved with save_to_disk."
         },
     )
@@ -672,7 +672,7 @@ def validate_arguments(
     if data_args.data_dir is not None and not Path(data_args.data_dir).exists():
         raise ConfigurationError(
             f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); give a directory of "
-            "{split}.{lang} files such as ../shared/data/multi30k, or leave it out to train on the copy task"
+            "{split}.{lang} files such as data/multi30k, or leave it out to train on the copy task"
         )
     languages = [f"--{name} {value}" for name in ("source_lang", "target_lang")
                  if (value := getattr(data_args, name)) is not None]

@@ -134,7 +134,7 @@ def check_documents(root: str | Path = REPOSITORY, *, model_card: bool = True) -
 def update_documents(root: str | Path = REPOSITORY, *, model_card: bool = True) -> tuple[list[Path], list[str]]:
     """Rewrite model_card.md (with `model_card`) and every marker block of every document; returns the files
     changed and the problems left (unknown tables, broken markers, missing JSON files named)."""
-    from ...common.file_writes import replace_text
+    from modeling.common.file_writes import replace_text
 
     root = Path(root)
     changed = []

@@ -25,10 +25,10 @@ from .blocks import (
     update_text,
 )
 from .formats import REPOSITORY, TABLES, Benchmarks, FiguresError, load, render_table, table
-from .reference_card import reference_model_card, reference_model_card_context, users_command
+from .reference_card import reference_model_card, reference_model_card_context
 
 __all__ = [
     "REPOSITORY", "TABLES", "Benchmarks", "Block", "FiguresError", "check_documents", "check_text", "documents",
     "find_blocks", "load", "missing_benchmark_files", "reference_model_card", "reference_model_card_context",
-    "render_table", "table", "update_documents", "update_text", "users_command",
+    "render_table", "table", "update_documents", "update_text",
 ]

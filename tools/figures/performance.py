@@ -256,7 +256,7 @@ def performance_gpu_generation_profile(benchmarks: Benchmarks) -> str:
 @table("performance-gpu-h200-compile")
 def performance_gpu_h200_compile(benchmarks: Benchmarks) -> str:
     """Training eager against compiled on the H200: the compile section's eager half (its compiled half did not end
-    within the lease) and a probe that compiled ours alone, step by step."""
+    within its time limit) and a probe that compiled ours alone, step by step."""
     run, probe = benchmarks("results-gpu-h200-compile.json"), benchmarks("results-gpu-h200-compiled-probe.json")
     loss = next(iter(run["compile"]["base"].values()))
     eager, shapes = loss["eager"], [tuple(shape) for shape in loss["eager"]["workload"]["padded_shapes"]]

@@ -8,13 +8,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[3]
+REPOSITORY = Path(__file__).resolve().parents[2]
 BENCHMARKS = "benchmarks"
 REFERENCE_CARD = "model_card.md"  # the reference model's card, at the repository's root
 REFERENCE_RUN = "multi30k_de_en_cpu"  # its run in results-recipes-cpu.json
 CLOSE = "<!-- /figures -->"
-# Where the runs read Multi30k, and where a user's copy is (docs/data.md downloads it there): commands are shown so.
-RUN_DATA_DIR, USERS_DATA_DIR = "../shared/data/multi30k", "data/multi30k"
+USERS_DATA_DIR = "data/multi30k"  # where docs/data.md puts Multi30k; the recorded commands read it there
 _OPEN = re.compile(r"<!-- figures: (?P<name>\S+) -->")
 _MARKER = re.compile(r"<!--\s*/?\s*figures\b")  # any line that looks like a marker, well-formed or not
 _BENCHMARK_FILE = re.compile(r"benchmarks/[\w./-]*?\.json")
@@ -147,7 +146,7 @@ def _measured_on(*results: dict, ctranslate2: bool = False, method: str = "") ->
 
 def _size(name: str) -> str:
     """A benchmark size as its dimensions (`modeling.benchmarking.models.SIZES`)."""
-    from ..models import benchmark_config
+    from modeling.benchmarking.models import benchmark_config
 
     config = benchmark_config(name)
     return (f"{name} (d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "

@@ -11,7 +11,6 @@ from .formats import (
     CLOSE,
     REFERENCE_RUN,
     REPOSITORY,
-    RUN_DATA_DIR,
     USERS_DATA_DIR,
     Benchmarks,
     FiguresError,
@@ -25,11 +24,6 @@ from .recipes import CPU_RECIPES
 _RESULTS_TABLE = re.compile(r"^\| split \| sentences \| sacreBLEU \|.*\n(?:\|.*\n)*", re.MULTILINE)
 
 
-def users_command(command: str) -> str:
-    """A recorded command as a user runs it: with Multi30k where docs/data.md puts it."""
-    return command.replace(RUN_DATA_DIR, USERS_DATA_DIR)
-
-
 def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     """Every field of `model_card.md`'s template for the reference model, the averaged de->en CPU recipe, without
     its model folder: the recipe's config (as `scripts/train.py` parses it) gives the architecture and training,
@@ -37,10 +31,10 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     `model_card_context` builds it, as for any trained model, from stand-ins for the finished run."""
     import torch
 
-    from ... import AnnotatedTransformerForConditionalGeneration
-    from ...inference import model_card as card
-    from ...training.arguments import model_config, parse_arguments
-    from ...training.schedule import schedule_description
+    from modeling import AnnotatedTransformerForConditionalGeneration
+    from modeling.inference import model_card as card
+    from modeling.training.arguments import model_config, parse_arguments
+    from modeling.training.schedule import schedule_description
 
     root = Path(root)
     recipes = Benchmarks(root)(CPU_RECIPES)
@@ -68,7 +62,7 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
                 "chrf": scores["chrf"], "exact_match": "n/a"} for scores in (run["validation"], run["test"])]
     context = card.model_card_context(
         trainer, model_args, data_args, training_args, {"test": [{"source": "Ein Hund läuft über die Wiese."}]},
-        splits, results, run["signatures"], config_path=config_path, command="\n".join(users_command(command) for command in run["commands"]),
+        splits, results, run["signatures"], config_path=config_path, command="\n".join(run["commands"]),
         schedule=schedule_description(training_args.lr_scheduler, training_args.learning_rate,
                                       training_args.get_warmup_steps(run["steps"])),
         training_seconds=run["training_seconds"],
@@ -102,7 +96,7 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
 def reference_model_card(root: str | Path = REPOSITORY) -> str:
     """The reference model's card (model_card.md): the template rendered with `reference_model_card_context`, its
     results table as the marker block `model-card`, checked like every other block."""
-    from ...inference.model_card import TEMPLATE_PATH, render_model_card
+    from modeling.inference.model_card import TEMPLATE_PATH, render_model_card
 
     text = render_model_card(reference_model_card_context(root))
     block = f"<!-- figures: model-card -->\n{render_table('model-card', root)}{CLOSE}\n"
