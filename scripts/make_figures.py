@@ -8,7 +8,7 @@
 Every picture is drawn by the package's own code (modeling/learning/figures.py); the one of the copy task trains its
 tiny model first (about 10 s on a CPU core). The page's code blocks between `<!-- excerpt: NAME -->` and
 `<!-- /excerpt -->` are the live source of NAME, and those between `<!-- output: NAME -->` and `<!-- /output -->`
-what modeling/learning/printouts.py prints (modeling/learning/page.py).
+what tools/annotated_page/printouts.py prints (tools/annotated_page/page.py: repository tools, not installed).
 """
 
 import argparse
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from modeling.common.command_line import OneLineErrorParser, positive_int
-from modeling.learning.figures import FIGURES, write_figures
-from modeling.learning.page import FIGURES_DIR, PAGE, check_page, update_page
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tools/, which is not installed
+from modeling.common.command_line import OneLineErrorParser, positive_int  # noqa: E402
+from modeling.learning.figures import FIGURES, write_figures  # noqa: E402
+from tools.annotated_page.page import FIGURES_DIR, PAGE, check_page, update_page  # noqa: E402
 
 
 def build_parser() -> OneLineErrorParser:

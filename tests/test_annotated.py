@@ -12,10 +12,10 @@ from launch_helpers import load_script
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 
 from modeling.learning import demonstrations as demo
-from modeling.learning.excerpts import REPOSITORY, excerpt, resolve
 from modeling.learning.figures import FIGURES, TRAINED
 from modeling.learning.greedy import greedy_decode
-from modeling.learning.page import (
+from tools.annotated_page.excerpts import REPOSITORY, excerpt, resolve
+from tools.annotated_page.page import (
     FIGURES_DIR,
     PAGE,
     check_text,
@@ -25,7 +25,7 @@ from modeling.learning.page import (
     same_printout,
     update_text,
 )
-from modeling.learning.printouts import OUTPUTS
+from tools.annotated_page.printouts import OUTPUTS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest (conftest)
 

@@ -1,6 +1,6 @@
-"""The printed results of docs/annotated.md: each a few lines of text computed by `demonstrations`, held on the page in
-a marker block `<!-- output: NAME -->` ... `<!-- /output -->` that `page` fills and checks (`OUTPUTS` names them).
-Every one runs in well under a second on a CPU."""
+"""The printed results of docs/annotated.md: each a few lines of text computed by `modeling.learning.demonstrations`,
+held on the page in a marker block `<!-- output: NAME -->` ... `<!-- /output -->` that `page` fills and checks
+(`OUTPUTS` names them). Every one runs in well under a second on a CPU."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..configuration_annotated_transformer import AnnotatedTransformerConfig
-from ..modeling_annotated_transformer import AnnotatedTransformerDecoderLayer
-from . import demonstrations as demo
+from modeling.configuration_annotated_transformer import AnnotatedTransformerConfig
+from modeling.learning import demonstrations as demo
+from modeling.modeling_annotated_transformer import AnnotatedTransformerDecoderLayer
 
 ROTATION_OFFSETS = (1, 5, 20, 50)
 ROTATION_POSITIONS, ROTATION_D_MODEL = 1000, 512

@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.file_writes import replace_text
+from modeling.common.file_writes import replace_text
+
 from .excerpts import REPOSITORY, excerpt
 from .printouts import printout
 
