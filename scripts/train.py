@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from modeling.inference.hub import HubUploadError
-from modeling.training.arguments import ConfigurationError, defaults_file, parse_arguments
+from modeling.training.argument_parsing import parse_arguments
+from modeling.training.arguments import ConfigurationError
 from modeling.training.run import STOPPED_STATUS, RefusedByAnotherProcess, TrainingStopped, train
 from modeling.training.trainer import CheckpointSaveError, NonFiniteLossError
 
@@ -33,9 +34,7 @@ def fail(error: Exception, status: int) -> None:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        model_args, data_args, training_args, config_path = parse_arguments(
-            argv, default_config=defaults_file(argv, DEFAULT_CONFIG)
-        )
+        model_args, data_args, training_args, config_path = parse_arguments(argv, copy_task_config=DEFAULT_CONFIG)
         train(model_args, data_args, training_args, config_path=config_path, argv=argv)
     except RefusedByAnotherProcess:
         # That process prints why and fails the run. This one ends quietly with status 0: the launcher (torch's

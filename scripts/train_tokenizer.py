@@ -27,7 +27,7 @@ from modeling.tokenization import (
     train_tokenizer,
     train_translation_tokenizers,
 )
-from modeling.training.arguments import check_output_dir
+from modeling.training.argument_checks import check_output_dir
 from modeling.training.checkpoints import holds_model
 
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from modeling import AnnotatedTransformerForConditionalGeneration
-from modeling.training.arguments import ConfigurationError, parse_arguments, validate_arguments
+from modeling.training.argument_checks import validate_arguments
+from modeling.training.argument_parsing import parse_arguments
+from modeling.training.arguments import ConfigurationError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RECIPES = sorted(path for path in CONFIGS.glob("*.yaml") if not path.name.startswith("accelerate_"))

@@ -21,7 +21,8 @@ import torch
 from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, free_port
 from safetensors.torch import load_file
 
-from modeling.training.arguments import ConfigurationError, parse_arguments
+from modeling.training.argument_parsing import parse_arguments
+from modeling.training.arguments import ConfigurationError
 from modeling.training.checkpoints import checkpoint_problem, checkpoint_step, last_checkpoints
 from modeling.training.run import train
 from modeling.training.run_lock import RUN_LOCK_NAME, RunLock
@@ -34,7 +35,7 @@ SMALL = [*QUICK, "--eval_strategy", "no", "--max_train_samples", "64", "--max_to
 
 
 def arguments(output_dir: Path, *extra: str):
-    return parse_arguments([*SMALL, "--output_dir", str(output_dir), *extra], default_config=DEFAULT_CONFIG)
+    return parse_arguments([*SMALL, "--output_dir", str(output_dir), *extra], copy_task_config=DEFAULT_CONFIG)
 
 
 def run(output_dir: Path, *extra: str) -> dict:
@@ -168,7 +169,7 @@ def test_a_plateau_schedule_resumes_with_its_own_learning_rate_and_refuses_anoth
     a threshold of 10). transformers' greedy schedule, which also raises its rate, keeps its start: compared."""
     from modeling.training.run_safety import plateau_difference
 
-    plateau = ["--lr_scheduler", "reduce_lr_on_plateau", "--eval_strategy", "steps", "--eval_steps", "2",
+    plateau = ["--lr_scheduler_type", "reduce_lr_on_plateau", "--eval_strategy", "steps", "--eval_steps", "2",
                "--lr_scheduler_kwargs", '{"factor": 0.5, "patience": 0, "threshold": 10}', "--learning_rate", "0.01"]
     run(tmp_path / "run", "--max_steps", "4", "--save_steps", "4", *plateau)
     schedule = torch.load(tmp_path / "run" / "checkpoint-4" / "scheduler.pt", weights_only=True)
@@ -182,7 +183,7 @@ def test_a_plateau_schedule_resumes_with_its_own_learning_rate_and_refuses_anoth
     run(tmp_path / "run", "--max_steps", "6", *plateau, "--resume_from_checkpoint", "last")
     assert (tmp_path / "run" / "checkpoint-6").is_dir()
 
-    greedy = ["--lr_scheduler", "greedy", "--eval_strategy", "steps", "--eval_steps", "2", "--learning_rate", "0.01",
+    greedy = ["--lr_scheduler_type", "greedy", "--eval_strategy", "steps", "--eval_steps", "2", "--learning_rate", "0.01",
               "--lr_scheduler_kwargs", '{"patience": 0, "warmup": 0, "cooldown": 0, "min_lr": 0, "max_lr": 1}']
     run(tmp_path / "greedy", "--max_steps", "6", "--save_steps", "6", *greedy)
     schedule = torch.load(tmp_path / "greedy" / "checkpoint-6" / "scheduler.pt", weights_only=True)
@@ -431,12 +432,12 @@ def test_fixed_size_batches_are_recorded_and_another_batch_size_on_resume_is_war
     without_budget = [part for flag, value in flags if flag != "--max_tokens" for part in (flag, value)]
     model_args, data_args, training_args, config_path = parse_arguments(
         [*without_budget, "--output_dir", str(folder), "--per_device_train_batch_size", "8", "--max_steps", "4",
-         "--save_steps", "2"], default_config=DEFAULT_CONFIG)
+         "--save_steps", "2"], copy_task_config=DEFAULT_CONFIG)
     assert training_args.max_tokens is None
     train(model_args, data_args, training_args, config_path=config_path)
     model_args, data_args, training_args, config_path = parse_arguments(
         [*without_budget, "--output_dir", str(folder), "--per_device_train_batch_size", "4", "--max_steps", "6",
-         "--resume_from_checkpoint", "last"], default_config=DEFAULT_CONFIG)
+         "--resume_from_checkpoint", "last"], copy_task_config=DEFAULT_CONFIG)
     with caplog.at_level(logging.WARNING, logger="modeling.training"):
         train(model_args, data_args, training_args, config_path=config_path)
     assert "batches the data otherwise than the run it resumes (--per_device_train_batch_size 4 (the " \
@@ -967,5 +968,5 @@ def test_the_saved_generation_config_has_no_max_length_to_clash_with_max_new_tok
 
 def test_progress_bars_are_off_when_output_is_not_a_terminal(tmp_path):
     # under pytest stderr is captured, not a terminal (QUICK's --disable_tqdm is left out here)
-    _, _, training_args, _ = parse_arguments(["--output_dir", str(tmp_path / "run")], default_config=DEFAULT_CONFIG)
+    _, _, training_args, _ = parse_arguments(["--output_dir", str(tmp_path / "run")], copy_task_config=DEFAULT_CONFIG)
     assert training_args.disable_tqdm is True

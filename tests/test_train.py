@@ -36,7 +36,9 @@ from modeling.data.corpus import synthetic_task_dataset
 from modeling.inference.hub import HubUploadError, hub_upload_files, push_folder_to_hub
 from modeling.inference.model_card import card_data, hub_dataset_id, record_evaluation
 from modeling.tokenization import train_tokenizer
-from modeling.training.arguments import ConfigurationError, mixed_precision, parse_arguments, validate_arguments
+from modeling.training.argument_checks import validate_arguments
+from modeling.training.argument_parsing import parse_arguments
+from modeling.training.arguments import ConfigurationError, mixed_precision
 from modeling.training.checkpoints import average_checkpoints, last_checkpoints
 from modeling.training.run import cpu_threads_per_process, setup_training, train
 from modeling.training.run_lock import RunLock
@@ -46,7 +48,7 @@ DEFAULT_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 
 
 def quick_args(output_dir: Path, *extra: str):
-    return parse_arguments([*QUICK, "--output_dir", str(output_dir), *extra], default_config=DEFAULT_CONFIG)
+    return parse_arguments([*QUICK, "--output_dir", str(output_dir), *extra], copy_task_config=DEFAULT_CONFIG)
 
 
 def run_in_process(output_dir: Path, *extra: str) -> dict:
@@ -168,7 +170,7 @@ def test_model_card_is_filled(ddp_run):
 
 
 @pytest.mark.parametrize("extra, optimizer, schedule, dropout", [
-    (["--optim", "sgd", "--weight_decay", "0.1", "--lr_scheduler", "constant", "--learning_rate", "0.01",
+    (["--optim", "sgd", "--weight_decay", "0.1", "--lr_scheduler_type", "constant", "--learning_rate", "0.01",
       "--attention_dropout", "0.1", "--activation_dropout", "0.2"],
      "sgd, weight decay 0.1", "constant, 0.01",  # not the paper's Adam; a constant rate has no warm-up
      "0.1 (§5.4); 0.1 on attention weights; 0.2 inside the feed-forward network"),
@@ -253,12 +255,12 @@ def test_the_copy_tasks_config_gives_the_defaults_of_copy_task_runs_only(monkeyp
 def test_a_local_folder_named_like_a_synthetic_task_is_a_corpus_and_a_flag_without_value_is_the_parsers(
     tmp_path, monkeypatch, capsys
 ):
-    from modeling.training.arguments import DataArguments, defaults_file
+    from modeling.training.arguments import DataArguments
 
     monkeypatch.chdir(tmp_path)
-    assert defaults_file(["--dataset_name", "copy"], DEFAULT_CONFIG) == DEFAULT_CONFIG
+    assert parse_arguments(["--dataset_name", "copy"], copy_task_config=DEFAULT_CONFIG)[3] == DEFAULT_CONFIG
     (tmp_path / "copy").mkdir()  # loaded as a corpus: not the copy task, nor its defaults
-    assert defaults_file(["--dataset_name", "copy"], DEFAULT_CONFIG) is None
+    assert parse_arguments(["--dataset_name", "copy"], copy_task_config=DEFAULT_CONFIG)[3] is None
     assert DataArguments(dataset_name="copy").synthetic_task is None
     assert DataArguments(dataset_name="reverse").synthetic_task == "reverse"
     monkeypatch.setattr(sys, "argv", ["train.py", "--data_dir"])
@@ -654,7 +656,7 @@ def test_cpu_threads_argument_sets_torch_threads_and_is_checked(tmp_path):
 def test_config_file_values_are_defaults_that_flags_override(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"preset": "base", "d_model": 32, "adam_epsilon": "1e-9", "max_steps": 7,
-                                      "norm_first": True, "lr_scheduler": "inverse_sqrt", "learning_rate": 5e-4}))
+                                      "norm_first": True, "lr_scheduler_type": "inverse_sqrt", "learning_rate": 5e-4}))
     model_args, data_args, training_args, used = parse_arguments(["--config", str(config), "--d_model", "48"])
     assert used == config
     assert (model_args.preset, model_args.d_model, model_args.norm_first) == ("base", 48, True)
@@ -672,21 +674,25 @@ def test_config_file_values_are_defaults_that_flags_override(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--lr_scheduler", "cosine_annealing"], r"Unknown --lr_scheduler 'cosine_annealing'; choose one of \['noam'"),
-        (["--lr_scheduler", "noam", "--warmup_steps", "0"], r"noam needs --warmup_steps > 0"),
+        (["--lr_scheduler_type", "cosine_annealing"],
+         r"Unknown --lr_scheduler_type 'cosine_annealing'; choose one of \['noam', 'linear'"),
+        (["--lr_scheduler_type", "noam", "--warmup_steps", "0"], r"noam needs --warmup_steps > 0"),
         # transformers' flags that this script would otherwise ignore or crash on after training
-        (["--lr_scheduler_type", "cosine"], r"--lr_scheduler_type cosine is not read here: .* --lr_scheduler"),
         (["--predict_with_generate", "false"], r"--predict_with_generate false is not supported"),
         # NaN passes every range check, and would fail only after the tokenizer was written
         (["--learning_rate", "nan"], r"--learning_rate must be a finite number, got nan"),
         (["--warmup_steps", "nan"], r"--warmup_steps must be a finite number, got nan"),
         (["--adam_epsilon", "inf"], r"--adam_epsilon must be a finite number, got inf"),
         # transformers' schedules that need arguments of their own
-        (["--lr_scheduler", "cosine_with_min_lr"], r"--lr_scheduler cosine_with_min_lr: One of min_lr or min_lr_rate "
-                                                    r"should be set .*--lr_scheduler_kwargs"),
-        (["--lr_scheduler", "warmup_stable_decay"], r"--lr_scheduler warmup_stable_decay: .*'num_decay_steps'"),
-        (["--lr_scheduler", "polynomial", "--learning_rate", "1e-4", "--lr_scheduler_kwargs", '{"lr_end": 1e-3}'],
-         r"--lr_scheduler polynomial: lr_end \(0.001\) must be smaller than initial lr \(0.0001\)"),
+        (["--lr_scheduler_type", "cosine_with_min_lr"],
+         r"--lr_scheduler_type cosine_with_min_lr: One of min_lr or min_lr_rate should be set .*--lr_scheduler_kwargs"),
+        (["--lr_scheduler_type", "warmup_stable_decay"], r"--lr_scheduler_type warmup_stable_decay: .*'num_decay_steps'"),
+        (["--lr_scheduler_type", "polynomial", "--learning_rate", "1e-4", "--lr_scheduler_kwargs", '{"lr_end": 1e-3}'],
+         r"--lr_scheduler_type polynomial: lr_end \(0.001\) must be smaller than initial lr \(0.0001\)"),
+        # transformers' own checks, made once (by transformers), reach the command line as one line too
+        (["--eval_strategy", "sometimes"], r"sometimes is not a valid IntervalStrategy, please select one of"),
+        (["--lr_scheduler_type", "reduce_lr_on_plateau", "--eval_strategy", "no"],
+         r"reduce_lr_on_plateau requires an eval strategy"),
     ],
 )
 def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
@@ -695,29 +701,39 @@ def test_bad_schedule_arguments_are_refused_while_parsing(argv, message):
 
 
 def test_one_training_batch_rule_a_command_line_batch_size_overrides_the_files_token_budget(tmp_path):
-    default = parse_arguments([], default_config=DEFAULT_CONFIG)[2]
+    default = parse_arguments([], copy_task_config=DEFAULT_CONFIG)[2]
     assert default.max_tokens == 1024  # the copy task's file
     for flag in ("--per_device_train_batch_size", "--per-device-train-batch-size"):  # either spelling the parser takes
-        overridden = parse_arguments([flag, "4"], default_config=DEFAULT_CONFIG)[2]
+        overridden = parse_arguments([flag, "4"], copy_task_config=DEFAULT_CONFIG)[2]
         assert (overridden.max_tokens, overridden.per_device_train_batch_size) == (None, 4)
     with pytest.raises(ConfigurationError, match=r"--per_device_train_batch_size and --max_tokens both set the "
                                                  r"training batch"):
-        parse_arguments(["--per_device_train_batch_size", "4", "--max_tokens", "256"], default_config=DEFAULT_CONFIG)
+        parse_arguments(["--per_device_train_batch_size", "4", "--max_tokens", "256"], copy_task_config=DEFAULT_CONFIG)
     (tmp_path / "both.yaml").write_text("max_tokens: 256\nper_device_train_batch_size: 4\n")
     with pytest.raises(ConfigurationError, match=r"--per_device_train_batch_size and --max_tokens both set"):
         parse_arguments(["--config", str(tmp_path / "both.yaml")])
-    for flag, value, expected in (("--max_tokens", "512", (512, 4)), ("--per_device_train_batch_size", "2", (None, 2))):
-        chosen = parse_arguments(["--config", str(tmp_path / "both.yaml"), flag, value])[2]  # the command line wins
+    # the command line wins, and the file's other rule is dropped (the batch size back at its unused default)
+    for flag, value, expected in (("--max_tokens", "512", (512, 8)), ("--per_device_train_batch_size", "2", (None, 2))):
+        chosen = parse_arguments(["--config", str(tmp_path / "both.yaml"), flag, value])[2]
         assert (chosen.max_tokens, chosen.per_device_train_batch_size) == expected
     (tmp_path / "pairs.yaml").write_text("max_tokens: null\nper_device_train_batch_size: 4\n")  # batches of 4
     chosen = parse_arguments(["--config", str(tmp_path / "pairs.yaml")])[2]
     assert (chosen.max_tokens, chosen.per_device_train_batch_size) == (None, 4)
     with pytest.raises(SystemExit):  # flags are spelled out (an abbreviation would slip past the rule)
-        parse_arguments(["--per_device_train_batch", "4"], default_config=DEFAULT_CONFIG)
+        parse_arguments(["--per_device_train_batch", "4"], copy_task_config=DEFAULT_CONFIG)
+
+
+def test_the_schedule_is_transformers_lr_scheduler_type_with_noam_one_more_name(tmp_path):
+    assert parse_arguments([])[2].lr_scheduler_type == "noam"  # the paper's, the default
+    cosine = parse_arguments(["--lr_scheduler_type", "cosine", "--learning_rate", "5e-4"])[2]
+    assert cosine.lr_scheduler_type == "cosine"
+    (tmp_path / "old.yaml").write_text("lr_scheduler: noam\n")  # a config file of version 0.2
+    with pytest.raises(ConfigurationError, match=r"^lr_scheduler in .*old.yaml is now lr_scheduler_type"):
+        parse_arguments(["--config", str(tmp_path / "old.yaml")])
 
 
 def test_a_schedule_gets_its_arguments_from_lr_scheduler_kwargs():
-    training_args = parse_arguments(["--lr_scheduler", "cosine_with_min_lr", "--learning_rate", "1e-3",
+    training_args = parse_arguments(["--lr_scheduler_type", "cosine_with_min_lr", "--learning_rate", "1e-3",
                                      "--lr_scheduler_kwargs", '{"min_lr": 1e-5}'])[2]
     assert training_args.lr_scheduler_type == "cosine_with_min_lr"
     assert training_args.lr_scheduler_kwargs == {"min_lr": 1e-5}

@@ -4,7 +4,8 @@ text -> tokenizer (trained on the training split unless given) -> filtered, toke
 -> model with the paper's label-smoothed loss -> `TransformerSeq2SeqTrainer` (Noam schedule, evaluation with
 `generate`, sacreBLEU/chrF, best checkpoint on BLEU) -> model folder with custom code, tokenizer and model card.
 
-The arguments and their checks are in `modeling.training.arguments`; `setup_training` calls those checks first, then checks
+The arguments are in `modeling.training.arguments`, their checks in `argument_checks`; `setup_training` calls those
+checks first, then checks
 the data, and writes nothing into output_dir until every check has passed: a bad argument or unusable data raises
 `ConfigurationError` and leaves no folder behind.
 """
@@ -33,14 +34,8 @@ from ..inference.hub import push_folder_to_hub
 from ..inference.model_card import MODEL_CARD_NAME, model_card_context, write_model_card
 from ..modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 from ..tokenization import dataset_texts, load_tokenizers, same_vocabulary, train_tokenizer
-from .arguments import (
-    ConfigurationError,
-    DataArguments,
-    ModelArguments,
-    TransformerTrainingArguments,
-    model_config,
-    validate_arguments,
-)
+from .argument_checks import model_config, validate_arguments
+from .arguments import ConfigurationError, DataArguments, ModelArguments, TransformerTrainingArguments
 from .callbacks import (
     CheckpointSchedule,
     CompileTime,
@@ -512,7 +507,7 @@ def train(
             context = model_card_context(
                 trainer, model_args, data_args, training_args, corpus, setup.filter_report, results, signatures,
                 config_path=config_path, command=launches.card_text(), schedule=schedule_description(
-                    training_args.lr_scheduler, training_args.learning_rate,
+                    training_args.lr_scheduler_type, training_args.learning_rate,
                     training_args.get_warmup_steps(trainer.state.max_steps),  # a fraction of the steps, or a count
                 ), training_seconds=training_seconds(trainer, this_launch_seconds),
             )

@@ -42,8 +42,10 @@ def get_noam_schedule(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier, last_epoch=last_epoch)
 
 
-def schedule_description(lr_scheduler: str, learning_rate: float, warmup_steps: int) -> str:
-    """The learning-rate schedule in one line, as a model card states it."""
+def schedule_description(lr_scheduler_type, learning_rate: float, warmup_steps: int) -> str:
+    """The learning-rate schedule (`NOAM`, or a transformers `SchedulerType` or its name) in one line, as a model card
+    states it."""
+    lr_scheduler = getattr(lr_scheduler_type, "value", lr_scheduler_type)
     if lr_scheduler == NOAM:
         return f"Noam (§5.3): {learning_rate} * d_model^-0.5 * min(step^-0.5, step * {warmup_steps}^-1.5)"
     if lr_scheduler in ("constant", "reduce_lr_on_plateau"):  # transformers' without a warm-up

@@ -88,7 +88,7 @@ class CheckpointSaveError(RuntimeError):
 
 
 class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler == "noam"` and, when `args.max_tokens`
+    """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler_type == "noam"` and, when `args.max_tokens`
     is set, batches the training set by token budget with `TokenBudgetBatchSampler`."""
 
     args: TransformerTrainingArguments
@@ -203,7 +203,7 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
             self.model.generation_config = generation_config
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if getattr(self.args, "lr_scheduler", None) != NOAM:
+        if self.args.lr_scheduler_type != NOAM:
             return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
             warmup_steps = self.args.get_warmup_steps(num_training_steps)

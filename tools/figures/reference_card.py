@@ -33,7 +33,8 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
 
     from modeling import AnnotatedTransformerForConditionalGeneration
     from modeling.inference import model_card as card
-    from modeling.training.arguments import model_config, parse_arguments
+    from modeling.training.argument_checks import model_config
+    from modeling.training.argument_parsing import parse_arguments
     from modeling.training.schedule import schedule_description
 
     root = Path(root)
@@ -63,7 +64,7 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     context = card.model_card_context(
         trainer, model_args, data_args, training_args, {"test": [{"source": "Ein Hund läuft über die Wiese."}]},
         splits, results, run["signatures"], config_path=config_path, command="\n".join(run["commands"]),
-        schedule=schedule_description(training_args.lr_scheduler, training_args.learning_rate,
+        schedule=schedule_description(training_args.lr_scheduler_type, training_args.learning_rate,
                                       training_args.get_warmup_steps(run["steps"])),
         training_seconds=run["training_seconds"],
     )
