@@ -148,16 +148,13 @@ def test_the_card_gives_every_launch_of_a_resumed_run(earlier_run, tmp_path):
              "--resume_from_checkpoint last"
     assert card_command(folder) == (f"# launch 1: started the run\n{first}\n"
                                      f"# launch 2: resumed from {folder / 'checkpoint-8'}\n{second}")
-    # a third launch resumes from a checkpoint of the second, which recorded both; with the Trainer's own
-    # restoring of callbacks from the checkpoint too (which would rebuild the history without this launch)
-    run(folder, "--max_steps", "16", "--resume_from_checkpoint", str(folder / "checkpoint-12"),
-        "--restore_callback_states_from_checkpoint", "true")
+    # a third launch resumes from a checkpoint of the second, which recorded both
+    run(folder, "--max_steps", "16", "--resume_from_checkpoint", str(folder / "checkpoint-12"))
     commands = card_command(folder).splitlines()
     assert commands[:4] == ["# launch 1: started the run", first, f"# launch 2: resumed from {folder / 'checkpoint-8'}",
                             second]
     assert commands[4] == f"# launch 3: resumed from {folder / 'checkpoint-12'}"
-    assert commands[5].endswith("--max_steps 16 --resume_from_checkpoint "
-                                f"{folder / 'checkpoint-12'} --restore_callback_states_from_checkpoint true")
+    assert commands[5].endswith(f"--max_steps 16 --resume_from_checkpoint {folder / 'checkpoint-12'}")
     saved = json.loads((folder / "checkpoint-16" / "trainer_state.json").read_text())["stateful_callbacks"]
     assert [launch["resumed_from"] for launch in saved["LaunchHistory"]["args"]["launches"]] == [
         None, str(folder / "checkpoint-8"), str(folder / "checkpoint-12")]
@@ -377,8 +374,8 @@ def test_each_checkpoint_records_how_its_run_saves_so_a_lost_save_is_told(tmp_pa
 
 
 def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run, tmp_path):
-    """The Trainer rebuilds recorded callbacks from their records unchecked (--restore_callback_states_from_checkpoint:
-    a TypeError); a record missing a field failed only when the card was written, after training."""
+    """A record missing a field failed only when the card was written, after training; transformers' own restoring
+    (--restore_callback_states_from_checkpoint), which would rebuild it unchecked (a TypeError), is refused."""
     for number, record in enumerate(({"launches": [1, 2], "complete": True, "extra": 0},
                                      {"launches": [{"command": "x"}], "complete": True},
                                      {"launches": [], "complete": True})):
@@ -388,11 +385,15 @@ def test_a_malformed_launch_record_is_named_in_the_card_not_a_crash(earlier_run,
         state = json.loads(state_file.read_text())
         state["stateful_callbacks"]["LaunchHistory"] = {"args": record, "attributes": {}}
         state_file.write_text(json.dumps(state))
-        run(folder, "--max_steps", "9", "--resume_from_checkpoint", "last",
-            "--restore_callback_states_from_checkpoint", "true")
+        run(folder, "--max_steps", "9", "--resume_from_checkpoint", "last")
         assert card_command(folder).splitlines()[:2] == [
             f"# the launches up to {folder / 'checkpoint-8'} are not recorded there",
             f"# resumed from {folder / 'checkpoint-8'}"], record
+    before = snapshot(folder)
+    with pytest.raises(ConfigurationError, match=r"^--restore_callback_states_from_checkpoint: a resumed run always "):
+        run(folder, "--max_steps", "10", "--resume_from_checkpoint", "last",
+            "--restore_callback_states_from_checkpoint", "true")
+    assert snapshot(folder) == before
 
 
 def test_resuming_continues_the_run_in_its_folder(earlier_run, tmp_path, capsys, caplog):

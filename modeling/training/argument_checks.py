@@ -161,6 +161,12 @@ def validate_arguments(
         value = getattr(data_args, name)
         if value is not None and value < 1:
             raise ConfigurationError(f"--{name} must be at least 1 pair, got {value}")
+    if training_args.restore_callback_states_from_checkpoint:
+        raise ConfigurationError(
+            "--restore_callback_states_from_checkpoint: a resumed run always restores its callbacks from the "
+            "checkpoint, checking each record; transformers' restoring would rebuild them from their records "
+            "unchecked, so leave it out"
+        )
     if model_args.label_smoothing > 0 and training_args.label_smoothing_factor > 0:
         raise ConfigurationError(
             f"label smoothing is set twice: --label_smoothing {model_args.label_smoothing} (the model's loss) and "

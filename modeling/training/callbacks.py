@@ -290,7 +290,12 @@ class StopSignals(RecordedInCheckpoints):
     The stop's checkpoint is off the save schedule (unless its step is on it): it rotates no earlier checkpoint out,
     and the launch that resumes it removes it before its own first save rotates any, so the run's folder ends with
     the checkpoints of an uninterrupted run. Its trainer_state.json records the stop (`state`), which is how the
-    resumed launch knows it (`resumed_stop`, the step of that checkpoint)."""
+    resumed launch knows it (`resumed_stop`, the step of that checkpoint).
+
+    The run is not over: the Trainer's end of training must neither load the best checkpoint (the stop keeps the
+    step's own weights) nor delete any (with save_total_limit 1 it keeps only the best). The stop turns both off in
+    the arguments the Trainer reads (`load_best_model_at_end`, `save_total_limit`) for the rest of the launch, which
+    ends with the stop."""
 
     def __init__(self, names=(), resumed_stop: int | None = None):
         self.signals = [signal.Signals[name] for name in names]
@@ -332,6 +337,9 @@ class StopSignals(RecordedInCheckpoints):
             self.stopping, self.step = True, state.global_step
             self.off_schedule = not (args.save_strategy == SaveStrategy.STEPS and state.global_step > 0
                                      and state.global_step % state.save_steps == 0)
+            args.load_best_model_at_end = False
+            if self.off_schedule:
+                args.save_total_limit = None  # the stop's save rotates no checkpoint out
         if self.stopping:
             control.should_save = True
             control.should_training_stop = True
@@ -346,6 +354,8 @@ class StopSignals(RecordedInCheckpoints):
     def on_save(self, args, state, control, **kwargs):
         self.saved_step = state.global_step  # on every process, after the Trainer's save
         self._stop_if_signalled(args, state, control)  # a signal during a save: that checkpoint is the stop's
+        if self.stopping:
+            args.save_total_limit = None  # the stop's step is saved: the end of training removes no checkpoint
 
     def state(self) -> dict:
         step = self.step if self.stopping and self.off_schedule else None

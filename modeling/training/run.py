@@ -229,6 +229,7 @@ def stop_after_signal(trainer, stop, command: str) -> None:
     step = trainer.state.global_step
     checkpoint = Path(trainer.args.output_dir) / f"checkpoint-{step}"
     if stop.saved_step != step:  # every process alike, as the Trainer saved or not
+        # transformers saves a whole checkpoint only from inside train(): its private save, pinned by a test
         trainer._save_checkpoint(trainer.model, trial=None)
     resume = f"{command} --resume_from_checkpoint last"
     if trainer.is_world_process_zero():

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, seed_worker, speed_metrics
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
 
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
 from ..input_checks import check_token_ids
 from .arguments import TransformerTrainingArguments
-from .callbacks import RecordedInCheckpoints, StopSignals, _SetSamplerEpoch
+from .callbacks import StopSignals, _SetSamplerEpoch
 from .schedule import NOAM, get_noam_schedule
 
 
@@ -119,10 +119,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                     None)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """The Trainer's save, with what a stop and a failed write need:
-        - a stop's checkpoint off the save schedule rotates no earlier checkpoint out, and the launch that resumed
-          such a checkpoint removes it before its first save, so the folder keeps the checkpoints of an uninterrupted
-          run (`StopSignals`);
+        """The Trainer's save (a private method: transformers has no hook before a save, nor one for a save that
+        failed; docs/architecture.md lists it, and a test pins its signature), with what a resumed stop and a failed
+        write need:
+        - the launch that resumed a stop's checkpoint off the save schedule removes it before its first save
+          rotates any, so the folder keeps the checkpoints of an uninterrupted run (`StopSignals`);
         - a save that fails (a full disk, a failing write) raises `CheckpointSaveError`, one line naming the folder
           and the error, after removing what it wrote: the earlier checkpoints are left as they were, and
           `--resume_from_checkpoint last` takes the newest of them."""
@@ -133,12 +134,8 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
             if stop.resumed_stop < self.state.global_step and stopped_at.is_dir():
                 shutil.rmtree(stopped_at)
             stop.resumed_stop = None
-        keep_all = stop is not None and stop.stopping and stop.off_schedule
-        save_total_limit = self.args.save_total_limit
         existed = folder.exists()
         try:
-            if keep_all:
-                self.args.save_total_limit = None  # the Trainer rotates nothing
             super()._save_checkpoint(model, trial)
         except Exception as error:
             if self.args.should_save and not existed and folder.is_dir():
@@ -148,32 +145,6 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                 "there, its earlier checkpoints as they were: make room, then resume with --resume_from_checkpoint "
                 "last"
             ) from error
-        finally:
-            self.args.save_total_limit = save_total_limit
-
-    def _finalize_training(self, trial, num_train_samples, start_time):
-        """The Trainer's end of training, but for a stop (`StopSignals`): the run is not over, so neither the best
-        checkpoint is loaded nor any checkpoint removed (with save_total_limit 1 the Trainer would delete the stop's)."""
-        stop = self.stop_signals
-        if stop is None or not stop.stopping:
-            return super()._finalize_training(trial, num_train_samples, start_time)
-        metrics = speed_metrics("train", start_time, num_steps=self.state.global_step - self._initial_global_step)
-        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
-        self.is_in_train = False
-        return TrainOutput(self.state.global_step, float("nan"), metrics)
-
-    def _load_callback_state(self) -> None:
-        # --restore_callback_states_from_checkpoint rebuilds every recorded callback from its checkpoint's record
-        # (`type(callback)(**args)`, unchecked); ours were built from it already (`from_checkpoint`, which checks the
-        # record), the launch history with this launch added, so the Trainer does not see their records
-        names = {type(callback).__name__ for callback in self.callback_handler.callbacks
-                 if isinstance(callback, RecordedInCheckpoints)}
-        records = {name: self.state.stateful_callbacks.pop(name) for name in names
-                   if name in self.state.stateful_callbacks}
-        try:
-            super()._load_callback_state()
-        finally:
-            self.state.stateful_callbacks.update(records)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One forward/backward; a NaN or infinite loss stops the run before the optimizer applies its gradients, so
