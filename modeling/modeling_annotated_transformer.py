@@ -50,6 +50,7 @@ from .input_checks import (
     warn_if_counted_padding,
 )
 from .loss import label_smoothed_loss
+from .prepacked_linear import install_prepacking_forwards
 from .saving import SavedAsCustomCode
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -605,6 +606,9 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         else:
             self._tied_weights_keys = None
         self.post_init()
+        # on AMD CPUs generate()'s linear layers multiply with prepacked weights: given their forward now, before
+        # any compile traces them (`prepacked_linear`)
+        install_prepacking_forwards(self.model.decoder, self.lm_head)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head

@@ -69,3 +69,14 @@ def padded_batch(seed: int = 0):
     input_ids[1, 4:] = 0
     attention_mask[1, 4:] = 0
     return input_ids, attention_mask
+
+
+def training_batch(lengths, padded_to: int = 8, seed: int = 0):
+    """Source ids right-padded to a multiple of `padded_to`, with labels one longer (as the collator makes them)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = -(-max(lengths) // padded_to) * padded_to
+    input_ids = torch.randint(4, VOCAB, (len(lengths), width), generator=generator)
+    attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    labels = torch.randint(4, VOCAB, (len(lengths), width + 1), generator=generator)
+    return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)

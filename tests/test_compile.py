@@ -8,6 +8,7 @@ import pytest
 import torch
 from launch_helpers import QUICK, accelerate_launch
 from model_helpers import VOCAB, assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
+from model_helpers import training_batch as batch
 from safetensors import safe_open
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
@@ -16,17 +17,6 @@ from transformers import CompileConfig, DataCollatorForSeq2Seq
 from modeling import input_checks
 from modeling.tokenization import train_tokenizer
 from modeling.training.trainer import TokenIdsChecked
-
-
-def batch(lengths, padded_to: int = 8, seed: int = 0):
-    """Source ids right-padded to a multiple of `padded_to`, with labels one longer (as the collator makes them)."""
-    generator = torch.Generator().manual_seed(seed)
-    width = -(-max(lengths) // padded_to) * padded_to
-    input_ids = torch.randint(4, VOCAB, (len(lengths), width), generator=generator)
-    attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()
-    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
-    labels = torch.randint(4, VOCAB, (len(lengths), width + 1), generator=generator)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import assert_varied, generating_model, padded_batch, trained_to_copy
+from model_helpers import assert_varied, generating_model, padded_batch, trained_to_copy, training_batch
 from torch import nn
 from transformers import GenerationMixin, StoppingCriteria, StoppingCriteriaList
 
@@ -22,8 +22,8 @@ SETTINGS = dict(max_new_tokens=10, output_scores=True, return_dict_in_generate=T
 
 @pytest.fixture(autouse=True)
 def packing_pays(monkeypatch):
-    """Packing runs on AMD CPUs only; these tests check it on any CPU."""
-    monkeypatch.setattr(prepacked_linear, "prepacking_pays", lambda: True)
+    """Packing runs on AMD CPUs only; these tests check it on any CPU (as PREPACKED_LINEAR=1 lets a user)."""
+    monkeypatch.setenv(prepacked_linear.PREPACKED_LINEAR_ENV, "1")
 
 
 @pytest.fixture
@@ -240,6 +240,7 @@ def test_generate_keeps_generationmixins_signature():
 ], ids=["linux-amd", "linux-intel", "linux-arm", "windows-amd", "windows-intel"])
 def test_layers_are_packed_only_on_cpus_where_it_pays(cpuinfo, processor, pays, tmp_path, monkeypatch):
     monkeypatch.undo()  # the real prepacking_pays and cpu_vendor, reading /proc/cpuinfo (here a stand-in for it)
+    monkeypatch.delenv(prepacked_linear.PREPACKED_LINEAR_ENV, raising=False)  # as CI may set it for the whole run
     packed, pack_weight, real_open = [], prepacked_linear.pack_weight, open
     monkeypatch.setattr(prepacked_linear, "pack_weight", lambda weight: packed.append(weight) or pack_weight(weight))
     stand_in = tmp_path / "cpuinfo"
@@ -266,3 +267,32 @@ def test_the_real_cpu_vendor_is_read_from_the_system():
     if "vendor_id" not in cpuinfo:
         pytest.skip("this system's /proc/cpuinfo names no vendor")
     assert f"vendor_id\t: {cpu_vendor.__wrapped__()}\n" in cpuinfo
+
+
+@pytest.mark.parametrize("setting, vendor, pays", [("1", "GenuineIntel", True), ("0", "AuthenticAMD", False),
+                                                   ("", "AuthenticAMD", True), ("yes", "GenuineIntel", False)])
+def test_prepacked_linear_in_the_environment_decides_in_place_of_the_vendor(monkeypatch, setting, vendor, pays):
+    monkeypatch.setenv(prepacked_linear.PREPACKED_LINEAR_ENV, setting)
+    monkeypatch.setattr(prepacked_linear, "cpu_vendor", lambda: vendor)
+    assert prepacked_linear.prepacking_pays() is pays
+
+
+def test_a_training_step_compiled_before_the_first_generate_is_not_compiled_again_after_it():
+    """The layers get their packing forward when the model is built: at the first generate() (an evaluation), a
+    training step already compiled would have seen its layers change, and compiled again (a third graph in a run)."""
+    from torch._dynamo.testing import CompileCounter
+
+    model = generating_model().train()
+    assert installed_forwards(model.model.decoder) and installed_forwards(model.lm_head)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    try:
+        compiled(**training_batch([5, 8, 3])).loss.backward()
+        model.eval()
+        generated(model)
+        model.train()
+        compiled(**training_batch([5, 8, 3])).loss.backward()
+        assert counter.frame_count == 1
+    finally:
+        torch._dynamo.reset()
