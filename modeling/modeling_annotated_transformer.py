@@ -8,8 +8,8 @@ generating head with the pre-softmax projection and the label-smoothed loss (§3
 This file travels to the Hub as custom code: it imports only torch, transformers (with huggingface_hub, which
 transformers requires) and the small modules next to it, each one concern that is not the paper's figure (input
 checks, the fused loss, initialisation schemes, the cache's name across transformers versions, saving with
-checksums, FSDP's shared embedding, dropout and prepacked linear layers on CPUs), so `trust_remote_code=True` loads
-it where this package is not installed.
+checksums, FSDP's shared embedding, dropout and prepacked linear layers on CPUs, the masks of packed batches), so
+`trust_remote_code=True` loads it where this package is not installed.
 """
 
 import contextlib
@@ -50,6 +50,12 @@ from .input_checks import (
     warn_if_counted_padding,
 )
 from .loss import label_smoothed_loss
+from .packed_batches import (
+    check_packed_inputs,
+    check_packed_source,
+    packed_attention_mask,
+    shift_tokens_right_per_pair,
+)
 from .prepacked_linear import install_prepacking_forwards
 from .saving import SavedAsCustomCode
 
@@ -100,6 +106,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         self(0, attention_mask.shape[1])  # the length check
         return self.encoding[(attention_mask.ne(0).long().cumsum(-1) - 1).clamp(min=0)]
 
+    def at(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """(batch, length, d_model): the encodings of the positions given, a packed batch's, which restart at 0 with
+        each pair and so stay below the row's length."""
+        self(0, position_ids.shape[1])  # the length check
+        return self.encoding[position_ids]
+
 
 class TransformerEmbeddings(nn.Module):
     """§3.4 + §3.5 + §5.4: token embedding * sqrt(d_model) + positional encoding, then dropout."""
@@ -112,10 +124,12 @@ class TransformerEmbeddings(nn.Module):
         self.dropout = Dropout(config.dropout)
 
     def forward(
-        self, input_ids=None, inputs_embeds=None, past_length: int | torch.Tensor = 0, attention_mask=None
+        self, input_ids=None, inputs_embeds=None, past_length: int | torch.Tensor = 0, attention_mask=None,
+        position_ids=None,
     ) -> torch.Tensor:
-        """`attention_mask` (the encoder's): positions count each row's tokens, not its padding; otherwise they
-        run from `past_length` (the decoder's, which continues from its cache)."""
+        """`position_ids` (a packed batch's): each token's position within its pair; `attention_mask` (the
+        encoder's): positions count each row's tokens, not its padding; otherwise they run from `past_length` (the
+        decoder's, which continues from its cache)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
         if inputs_embeds is None:
@@ -124,7 +138,9 @@ class TransformerEmbeddings(nn.Module):
             shape = tuple(inputs_embeds.shape[:2])
             raise ValueError(f"Empty input: (batch, length) = {shape}; give at least one token.")
         inputs_embeds = inputs_embeds * self.embed_scale
-        if attention_mask is not None and attention_mask.dim() == 2:
+        if position_ids is not None:
+            positions = self.embed_positions.at(position_ids)
+        elif attention_mask is not None and attention_mask.dim() == 2:
             check_attention_mask(attention_mask, inputs_embeds.shape[:2], "attention_mask")
             positions = self.embed_positions.of_tokens(attention_mask)
         else:
@@ -387,12 +403,21 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
 
     # no `merge_with_config_defaults`: its `use_cache` default would reach the layers, which keep no cache
     @capture_outputs
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
+    def forward(
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, position_ids=None, pair_ids=None, **kwargs
+    ) -> BaseModelOutput:
+        """`pair_ids` and `position_ids`: a packed batch's (see `packed_batches`), in place of `attention_mask`."""
         check_token_ids((input_ids, self.config.src_vocab_size, "input_ids"))
-        hidden_states = self.embeddings(input_ids, inputs_embeds, attention_mask=attention_mask)
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )
+        check_packed_inputs(input_ids if input_ids is not None else inputs_embeds, pair_ids, position_ids,
+                            attention_mask)
+        hidden_states = self.embeddings(input_ids, inputs_embeds, attention_mask=attention_mask,
+                                        position_ids=position_ids)
+        if pair_ids is not None:  # each source token attends within its own pair
+            attention_mask = packed_attention_mask(self.config, hidden_states, pair_ids, pair_ids)
+        else:
+            attention_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+            )
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         if self.layer_norm is not None:
@@ -437,13 +462,18 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         inputs_embeds=None,
         use_cache: bool | None = None,
         past_key_values: Cache | None = None,
+        position_ids=None,
+        pair_ids=None,
+        encoder_pair_ids=None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """`pair_ids`, `position_ids` and `encoder_pair_ids`: a packed batch's (see `packed_batches`), in place of
+        the attention masks; it trains, so no cache is built."""
         if encoder_hidden_states is None:  # a decoder layer would run its encoder-decoder attention on itself
             raise ValueError("The decoder needs `encoder_hidden_states`: each of its layers attends to the encoder's "
                              "output (§3.2.3); run the encoder first or call the whole model.")
         cache = cache_argument(self, cache, past_key_values)
-        if use_cache and cache is None:
+        if use_cache and cache is None and pair_ids is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         elif cache is not None and not isinstance(cache, EncoderDecoderCache):
             cache = encoder_decoder_cache(cache, self.config)
@@ -453,13 +483,20 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
         # later generation steps feed back ids the model itself chose; a compiled step checks nothing on the host
         if not torch.compiler.is_compiling() and past_length == 0:
             check_token_ids((input_ids, self.config.vocab_size, "decoder_input_ids"))
-        hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length)
+        check_packed_inputs(input_ids if input_ids is not None else inputs_embeds, pair_ids, position_ids,
+                            attention_mask, "decoder_")
+        hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length, position_ids=position_ids)
 
         batch_size, seq_length = hidden_states.shape[:2]
         check_attention_mask(attention_mask, (batch_size, past_length + seq_length), "decoder_attention_mask")
         if encoder_hidden_states is not None:
             check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
-        if attention_mask is None and seq_length == 1:
+        check_packed_source(encoder_hidden_states.shape[:2], encoder_pair_ids, encoder_attention_mask, pair_ids, cache)
+        if pair_ids is not None:
+            # each target token attends causally within its own pair's target, and to its own pair's source
+            causal_mask = packed_attention_mask(self.config, hidden_states, pair_ids, pair_ids, causal=True)
+            encoder_attention_mask = packed_attention_mask(self.config, hidden_states, pair_ids, encoder_pair_ids)
+        elif attention_mask is None and seq_length == 1:
             # A decoding step: the one new position may attend to itself and to every earlier one, so nothing is
             # masked, and no mask is built (and checked on the host) at every generated token.
             causal_mask = None
@@ -471,10 +508,11 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
                 config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
                 **{CACHE_NAME: self_attn_cache},
             )
-        encoder_attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-        )
+        if pair_ids is None:
+            encoder_attention_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states,
@@ -540,11 +578,16 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         decoder_inputs_embeds=None,
         use_cache: bool | None = None,
         past_key_values: Cache | None = None,
+        position_ids=None,
+        decoder_position_ids=None,
+        pair_ids=None,
+        decoder_pair_ids=None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                position_ids=position_ids, pair_ids=pair_ids, **kwargs
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -556,6 +599,9 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
             cache=cache_argument(self, cache, past_key_values),
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            position_ids=decoder_position_ids,
+            pair_ids=decoder_pair_ids,
+            encoder_pair_ids=pair_ids,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -634,6 +680,10 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         past_key_values: Cache | None = None,
+        position_ids=None,
+        decoder_position_ids=None,
+        pair_ids=None,
+        decoder_pair_ids=None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         r"""
@@ -646,6 +696,10 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             training give exactly the full-batch mean; without it the loss is the mean over this batch's tokens.
             The Trainer counts every label but -100: labels padded with the pad id get a warning (the first
             time it is given), since their padding would be counted.
+        pair_ids, decoder_pair_ids, position_ids, decoder_position_ids: a packed batch (`modeling.data.packing`):
+            several whole pairs end to end in each row, each token's pair (-1 on padding) and its position within
+            its pair; attention then stays within each pair (`packed_batches`), in place of the attention masks.
+            Decoder inputs built from `labels` are then shifted within each pair.
         """
         if labels is not None:
             check_labels_fit_decoder_inputs(
@@ -655,7 +709,11 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
                 self._checked_counted_padding = True
                 warn_if_counted_padding(labels, self.config.pad_token_id)
             use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
+            if decoder_input_ids is None and decoder_inputs_embeds is None and decoder_pair_ids is not None:
+                decoder_input_ids = shift_tokens_right_per_pair(
+                    labels, decoder_pair_ids, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+            elif decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         # with labels (training), the stacks' ids are checked with them, in one device sync
         checked = contextlib.nullcontext() if labels is None or torch.compiler.is_compiling() else token_ids_checked(
@@ -674,6 +732,10 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
                 inputs_embeds=inputs_embeds,
                 decoder_inputs_embeds=decoder_inputs_embeds,
                 use_cache=use_cache,
+                position_ids=position_ids,
+                decoder_position_ids=decoder_position_ids,
+                pair_ids=pair_ids,
+                decoder_pair_ids=decoder_pair_ids,
                 **kwargs,
             )
         logits = self.lm_head(outputs.last_hidden_state)

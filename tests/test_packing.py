@@ -1,0 +1,365 @@
+"""Packed training batches: whole pairs in a grid of one shape, every pair once per epoch across processes; attention
+that never crosses a pair, so a packed batch gives each pair's loss and gradients as the pair alone; one compiled
+graph for a whole run; unpacked training, evaluation and generate() never touch the packed path."""
+
+import numpy as np
+import pytest
+import torch
+from accelerate.data_loader import BatchSamplerShard
+from model_helpers import VOCAB, generating_model, padded_batch, tiny_model
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from modeling import packed_batches
+from modeling.data.batching import PairsOverBudgetError, TokenBudgetBatchSampler, padding_stats
+from modeling.data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler, first_fit, packing_stats
+from modeling.loss import label_smoothed_loss
+
+PAD, START, EOS = 0, 1, 2
+
+
+def random_lengths(n=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    source = rng.integers(1, 60, n)
+    return source, np.clip((source * rng.uniform(0.6, 1.5, n)).astype(int), 1, 64)
+
+
+def features_of(lengths, seed=0):
+    """Pairs of the given (source, target) lengths, each side random ids ending in </s>."""
+    generator = torch.Generator().manual_seed(seed)
+    return [{"input_ids": torch.randint(4, VOCAB, (source - 1,), generator=generator).tolist() + [EOS],
+             "labels": torch.randint(4, VOCAB, (target - 1,), generator=generator).tolist() + [EOS]}
+            for source, target in lengths]
+
+
+# ---- the batches ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_replicas", [1, 2, 3])
+def test_every_pair_once_per_epoch_across_ranks_each_batch_fits_its_grid(num_replicas):
+    source, target = random_lengths()
+    samplers = [PackedBatchSampler(source, target, 1024, seed=5, num_replicas=num_replicas, rank=rank)
+                for rank in range(num_replicas)]
+    rows, row_length = samplers[0].rows, samplers[0].row_length
+    assert row_length == 64 and rows == 16  # the longest pair (64 tokens), rounded to a multiple of 8
+    for epoch in (0, 1):
+        shares = []
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+            shares.append(list(sampler))
+            assert len(shares[-1]) == len(sampler)
+        assert len({len(share) for share in shares}) == 1, "every rank gets the same number of batches"
+        batches = [batch for share in shares for batch in share]
+        assert sorted(index for batch in batches for index in batch) == list(range(len(source)))
+        for batch in batches:
+            assert first_fit(source[batch], target[batch], rows, row_length) is not None
+    stats = packing_stats(samplers[0])
+    assert stats["pairs"] == len(source) and stats["source_tokens"] == source.sum()
+    assert max(stats["source_padding_fraction"], stats["target_padding_fraction"]) < 0.2
+
+
+def test_the_collator_gives_each_pair_the_row_the_sampler_chose():
+    """The sampler yields a batch row by row; the collator's first-fit puts each pair back in its row."""
+    source, target = random_lengths(600, seed=1)
+    for num_replicas in (1, 7):  # 7: batches split to share them out, by whole rows
+        sampler = PackedBatchSampler(source, target, 512, seed=2, num_replicas=num_replicas, rank=None)
+        for rows, batch in zip(sampler.batch_rows, sampler.batches):
+            placed = first_fit(source[batch], target[batch], sampler.rows, sampler.row_length)
+            assert placed == [row for row, pairs in enumerate(rows) for _ in pairs]
+
+
+def test_a_pair_that_does_not_fit_waits_for_the_next_batch_and_comes_first_there():
+    # 2 rows of 8 tokens, pairs in index order: 0, 1 and 2 take 6, 6 and 1 tokens; pair 3 (7 tokens) fits nowhere and
+    # waits, pair 4 (1 token) still fits, pair 5 (5 tokens) waits too, and with 2 pairs waiting the batch closes
+    source = [6, 6, 1, 7, 1, 5, 3]
+    sampler = PackedBatchSampler(source, source, 16, row_length=8, shuffle=False, lookahead=2)
+    assert sampler.batch_rows == [[[0, 2, 4], [1]], [[3], [5, 6]]]  # those that waited open the next batch
+
+
+def test_epochs_shuffle_the_batch_order_deterministically_from_the_seed():
+    source, target = random_lengths()
+    first, again = (PackedBatchSampler(source, target, 1024, seed=3) for _ in range(2))
+    epoch0 = list(first)
+    assert epoch0 == list(again)
+    first.set_epoch(1)
+    epoch1 = list(first)
+    assert epoch1 != epoch0 and sorted(map(tuple, epoch1)) == sorted(map(tuple, epoch0))
+    assert PackedBatchSampler(source, target, 1024, seed=4).batches != first.batches
+
+
+def test_rank_none_with_accelerate_sharding_gives_the_same_shares():
+    source, target = random_lengths()
+    everything = PackedBatchSampler(source, target, 1024, seed=2, num_replicas=2, rank=None)
+    everything.set_epoch(3)
+    for rank in range(2):
+        own = PackedBatchSampler(source, target, 1024, seed=2, num_replicas=2, rank=rank)
+        own.set_epoch(3)
+        sharded = BatchSamplerShard(everything, num_processes=2, process_index=rank)
+        assert list(sharded) == list(own) and len(sharded) == len(own)
+
+
+def test_the_collated_grid():
+    features = features_of([(5, 3), (2, 4), (6, 6), (2, 2)])
+    batch = DataCollatorForPackedSeq2Seq(2, 8, PAD, START)(features)
+    assert {name: tuple(tensor.shape) for name, tensor in batch.items()} == {
+        name: (2, 8) for name in ("input_ids", "position_ids", "pair_ids", "labels", "decoder_input_ids",
+                                  "decoder_position_ids", "decoder_pair_ids")}
+    # first-fit: pairs 0 and 1 share row 0, pair 2 fits only row 1, and pair 3 the rest of row 1
+    assert batch["pair_ids"].tolist() == [[0, 0, 0, 0, 0, 1, 1, -1], [2, 2, 2, 2, 2, 2, 3, 3]]
+    assert batch["decoder_pair_ids"].tolist() == [[0, 0, 0, 1, 1, 1, 1, -1], [2, 2, 2, 2, 2, 2, 3, 3]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 0], [0, 1, 2, 3, 4, 5, 0, 1]]
+    assert batch["decoder_position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 0], [0, 1, 2, 3, 4, 5, 0, 1]]
+    for pair, feature in enumerate(features):
+        on_source, on_target = batch["pair_ids"] == pair, batch["decoder_pair_ids"] == pair
+        assert batch["input_ids"][on_source].tolist() == feature["input_ids"]
+        assert batch["labels"][on_target].tolist() == feature["labels"]
+        # the decoder inputs shifted within the pair: its start token, then its own labels but the last
+        assert batch["decoder_input_ids"][on_target].tolist() == [START, *feature["labels"][:-1]]
+    assert batch["input_ids"][0, -1] == PAD and batch["labels"][0, -1] == -100
+    assert batch["decoder_input_ids"][0, -1] == PAD
+
+
+def test_source_row_and_target_row_hold_the_same_pairs_in_the_same_order():
+    source, target = random_lengths(300, seed=4)
+    sampler = PackedBatchSampler(source, target, 512, seed=0)
+    collator = DataCollatorForPackedSeq2Seq(sampler.rows, sampler.row_length, PAD, START)
+    for batch in sampler.batches[:5]:
+        packed = collator(features_of([(source[i], target[i]) for i in batch]))
+        for source_row, target_row in zip(packed["pair_ids"], packed["decoder_pair_ids"]):
+            assert list(dict.fromkeys(source_row[source_row >= 0].tolist())) == list(
+                dict.fromkeys(target_row[target_row >= 0].tolist()))
+
+
+def test_bad_settings_and_batches_are_clear_errors():
+    with pytest.raises(PairsOverBudgetError, match=r"1 pair\(s\) are longer than a packed row of 16 tokens: index 1"):
+        PackedBatchSampler([4, 17, 3], [4, 2, 3], 64, row_length=16)
+    with pytest.raises(ValueError, match="max_tokens=32 holds no row of row_length=40"):
+        PackedBatchSampler([4, 40], [4, 3], 32)
+    with pytest.raises(ValueError, match="pair 1 has 0 source and 3 target tokens"):
+        PackedBatchSampler([4, 0], [4, 3], 64)
+    with pytest.raises(ValueError, match="cannot give 2 processes the same number of batches"):
+        PackedBatchSampler([8, 8, 8], [8, 8, 8], 8, num_replicas=2)
+    with pytest.raises(ValueError, match=r"3 pairs of \(source, target\) lengths .* do not fit a packed grid of 1 rows"):
+        DataCollatorForPackedSeq2Seq(1, 8, PAD, START)(features_of([(4, 4), (4, 4), (2, 2)]))
+
+
+def test_packed_grids_hold_less_padding_than_padded_gpu_batches_on_multi30k(multi30k_de_en, multi30k_tokenizer):
+    backend = multi30k_tokenizer.tokenizer.backend_tokenizer
+    source, target = (
+        np.array([len(encoding.ids) for encoding in backend.encode_batch(multi30k_de_en["train"][column][:])])
+        for column in ("source", "target")
+    )
+    for max_tokens in (4096, 32768):  # the GPU recipes' and the GPU benchmark's budget, padded to multiples of 8
+        padded = TokenBudgetBatchSampler(source, target, max_tokens, pad_to_multiple_of=8)
+        padded_share = padding_stats(padded.batches, source, target, 8)["padding_fraction"]
+        packed = packing_stats(PackedBatchSampler(source, target, max_tokens, pad_to_multiple_of=8))
+        packed_share = (packed["source_padding_fraction"] + packed["target_padding_fraction"]) / 2
+        print(f"\nMulti30k de-en, {max_tokens} tokens: padded batches {padded_share:.1%} padding, packed "
+              f"{packed['rows']} x {packed['row_length']} grids {packed_share:.1%}")
+        assert packed["pairs"] == len(source) and packed_share < 0.5 * padded_share
+
+
+# ---- the model ------------------------------------------------------------------------------------------------------
+
+# Three rows of 16 tokens: one long pair alone (row 0), five short ones (row 1), three (row 2), padding at row ends.
+ROWS, ROW_LENGTH = 3, 16
+LENGTHS = [(15, 16), (3, 2), (2, 3), (4, 2), (1, 3), (3, 4), (6, 5), (5, 7), (4, 3)]
+# Float32, dropout off: the packed and the unpacked runs sum the same terms in other orders (matrix products of other
+# shapes; a softmax over a row whose masked scores add exact zeros), which moves the results by a few float32 ulps:
+# up to 2.4e-6 of a gradient's largest entry on an Intel Xeon, and float32 kernels of AMD and Intel CPUs differ by
+# about 1e-6 relative on their own. A pair that saw another pair's tokens would change by far more (nearly 1e-2 of its
+# loss, `test_attention_across_pairs_would_fail_the_bound`), so the bound sits between: 1e-4 of each gradient's
+# largest entry, 1e-5 for losses.
+GRADIENT_BOUND, LOSS_BOUND = 1e-4, 1e-5
+
+
+@pytest.fixture(scope="module")
+def packed():
+    features = features_of(LENGTHS, seed=0)
+    batch = DataCollatorForPackedSeq2Seq(ROWS, ROW_LENGTH, PAD, START)(features)
+    assert batch["pair_ids"][0].max() == 0 and batch["pair_ids"][1].unique().tolist() == [-1, 1, 2, 3, 4, 5]
+    return features, batch
+
+
+def loss_and_gradients(model, **inputs):
+    """The summed loss (num_items_in_batch=1) and every parameter's gradient."""
+    model.zero_grad(set_to_none=True)
+    loss = model(**inputs, num_items_in_batch=1).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def alone(feature) -> dict:
+    return {"input_ids": torch.tensor([feature["input_ids"]]), "labels": torch.tensor([feature["labels"]])}
+
+
+def assert_gradients_close(got: dict, expected: dict, what: str) -> None:
+    assert got.keys() == expected.keys()
+    for name, gradient in expected.items():
+        scale = gradient.abs().max().item()
+        error = (got[name] - gradient).abs().max().item()
+        assert error <= GRADIENT_BOUND * scale + 1e-7, f"{what}: {name} off by {error:.2e} of {scale:.2e}"
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_a_packed_batch_gives_each_pairs_loss_and_gradients_as_the_pair_alone(packed, attention, norm_first):
+    features, batch = packed
+    model = tiny_model(seed=1, dropout=0.0, label_smoothing=0.1, attn_implementation=attention,
+                       norm_first=norm_first).train()
+    logits = model(**batch).logits
+    for pair, feature in enumerate(features):  # every pair's loss, from the packed batch's logits
+        on_target = batch["decoder_pair_ids"] == pair
+        packed_loss, tokens = label_smoothed_loss(logits[on_target], batch["labels"][on_target], 0.1, PAD)
+        expected, _ = label_smoothed_loss(model(**alone(feature)).logits, alone(feature)["labels"], 0.1, PAD)
+        assert tokens == len(feature["labels"])
+        torch.testing.assert_close(packed_loss, expected, rtol=LOSS_BOUND, atol=0)
+    # the gradients of a pair at a row's start, middle and end, its loss alone in the packed batch
+    for pair in (1, 3, 5, 0):  # row 1's first, middle, last; pair 0 fills row 0 alone
+        labels = batch["labels"].masked_fill(batch["decoder_pair_ids"] != pair, -100)
+        loss, gradients = loss_and_gradients(model, **{**batch, "labels": labels})
+        expected_loss, expected = loss_and_gradients(model, **alone(features[pair]))
+        torch.testing.assert_close(loss, expected_loss, rtol=LOSS_BOUND, atol=0)
+        assert_gradients_close(gradients, expected, f"pair {pair}")
+
+
+def test_the_whole_batch_is_the_sum_of_its_pairs_and_its_mean_counts_real_target_tokens_only(packed):
+    features, batch = packed
+    model = tiny_model(seed=1, dropout=0.0, label_smoothing=0.1).train()
+    loss, gradients = loss_and_gradients(model, **batch)
+    expected_loss, expected = 0.0, {}
+    for feature in features:
+        pair_loss, pair_gradients = loss_and_gradients(model, **alone(feature))
+        expected_loss += pair_loss
+        for name, gradient in pair_gradients.items():
+            expected[name] = expected.get(name, 0) + gradient
+    torch.testing.assert_close(loss, expected_loss, rtol=LOSS_BOUND, atol=0)
+    assert_gradients_close(gradients, expected, "the whole batch")
+    real_target_tokens = sum(target for _, target in LENGTHS)
+    assert real_target_tokens < batch["labels"].numel()
+    torch.testing.assert_close(model(**batch).loss, expected_loss / real_target_tokens, rtol=LOSS_BOUND, atol=0)
+
+
+def test_decoder_inputs_built_from_the_labels_are_shifted_within_each_pair(packed):
+    _, batch = packed
+    model = tiny_model(seed=1, dropout=0.0).train()
+    built = packed_batches.shift_tokens_right_per_pair(batch["labels"], batch["decoder_pair_ids"], PAD, START)
+    assert torch.equal(built, batch["decoder_input_ids"])
+    without = {name: tensor for name, tensor in batch.items() if name != "decoder_input_ids"}
+    assert torch.equal(model(**without).loss, model(**batch).loss)
+
+
+def test_attention_across_pairs_would_fail_the_bound(packed):
+    """The bound can fail: the same batch with each row's pairs taken as one sequence (attention over the whole row)
+    moves a pair's loss far beyond it."""
+    features, batch = packed
+    model = tiny_model(seed=1, dropout=0.0).train()
+    row_ids = {name: torch.where(batch[name] >= 0, torch.arange(ROWS)[:, None], -1)
+               for name in ("pair_ids", "decoder_pair_ids")}
+    logits = model(**{**batch, **row_ids}).logits
+    on_target = batch["decoder_pair_ids"] == 3  # row 1's middle pair
+    leaked, _ = label_smoothed_loss(logits[on_target], batch["labels"][on_target], 0.0, PAD)
+    expected, _ = label_smoothed_loss(model(**alone(features[3])).logits, alone(features[3])["labels"], 0.0, PAD)
+    assert abs(leaked - expected) > 100 * LOSS_BOUND * abs(expected)
+
+
+@pytest.mark.slow
+def test_flex_attentions_block_masks_give_the_dense_masks_logits(packed):
+    """FlexAttention (the packed path for GPUs) on a CPU, which runs its forward only (~30 s: it compiles)."""
+    _, batch = packed
+    dense, flex = (tiny_model(seed=1, attn_implementation=attention) for attention in ("sdpa", "flex_attention"))
+    with torch.no_grad():
+        torch.testing.assert_close(flex(**batch).logits, dense(**batch).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_inputs_are_checked(packed):
+    _, batch = packed
+    model = tiny_model(seed=1)
+    with pytest.raises(ValueError, match=r"Give `pair_ids` \(a packed batch\) or `attention_mask`, not both"):
+        model(**batch, attention_mask=torch.ones_like(batch["input_ids"]))
+    with pytest.raises(ValueError, match=r"A packed batch \(`decoder_pair_ids`\) needs `decoder_position_ids`"):
+        model(**{**batch, "decoder_position_ids": None})
+    with pytest.raises(ValueError, match=r"`position_ids` has shape \(3, 15\), but its tokens are"):
+        model(**{**batch, "position_ids": batch["position_ids"][:, 1:]})
+    with pytest.raises(ValueError, match="pair ids for both the source and the target"):
+        model(**{**batch, "decoder_pair_ids": None, "decoder_position_ids": None})
+    with pytest.raises(ValueError, match=r"attention implementations \['eager', 'sdpa', 'flex_attention'\]"):
+        model.config._attn_implementation = "flash_attention_2"  # its varlen arguments are another path
+        model(**batch)
+
+
+# ---- compiled, and the unpacked paths untouched ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_packed_training_compiles_one_graph_for_a_whole_run_and_evaluation_does_not_recompile_it(fresh_dynamo):
+    source, target = random_lengths(400, seed=6)
+    source, target = np.clip(source // 2, 2, 30), np.clip(target // 2, 2, 30)
+    sampler = PackedBatchSampler(source, target, 256, seed=0)
+    collator = DataCollatorForPackedSeq2Seq(sampler.rows, sampler.row_length, PAD, START)
+    features = features_of(list(zip(source, target)), seed=1)
+    model = tiny_model(seed=1).train()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(model, backend=counter)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train(batches):
+        for indices in batches:
+            compiled(**collator([features[i] for i in indices])).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+    batches = list(sampler)
+    assert len(batches) >= 6 and len(batches[-1]) < max(map(len, batches))  # a last, fuller or emptier, grid too
+    train(batches[:3])
+    assert counter.frame_count == 1
+    model.eval()  # evaluation: padded batches through the compiled model, and generate()
+    with torch.no_grad():
+        input_ids, attention_mask = padded_batch()
+        compiled(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4)
+    evaluation_frames = counter.frame_count
+    model.train()
+    train(batches[3:])
+    assert counter.frame_count == evaluation_frames  # training went on in the graph it compiled first
+
+
+def test_the_packed_forward_compiles_without_a_graph_break(packed, fresh_dynamo):
+    _, batch = packed
+    model = tiny_model(seed=1).train()
+    explanation = torch._dynamo.explain(lambda inputs: model(**inputs).loss)(batch)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+
+def test_unpacked_training_evaluation_and_generate_never_take_the_packed_path(monkeypatch):
+    """Unpacked inputs go through the code they went through before packing existed: with the packed masks, shift
+    and positions made to fail, training, evaluation and generate() run and give what they gave."""
+    model = generating_model()
+    input_ids, attention_mask = padded_batch()
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    expected_tokens = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6)
+    expected_beams = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
+                                    num_beams=3)
+    expected_loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+    def refused(*args, **kwargs):
+        raise AssertionError("an unpacked call took the packed path")
+
+    from modeling import modeling_annotated_transformer as modeling
+
+    for name in ("packed_attention_mask", "shift_tokens_right_per_pair"):
+        monkeypatch.setattr(modeling, name, refused)
+    monkeypatch.setattr(modeling.SinusoidalPositionalEncoding, "at", refused)
+    assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6),
+                       expected_tokens)
+    assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
+                                      num_beams=3), expected_beams)
+    assert torch.equal(model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss, expected_loss)
+    model.train()
+    model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
