@@ -1,10 +1,16 @@
-"""`pip install .` (not editable) gives a package that trains and scores: its data files travel in the wheel."""
+"""`pip install .` (not editable) gives the product and only the product: every module of `modeling/` with the data
+files it reads (the metric scripts, the model card template), none of the repository's tools (`tools/`: what
+regenerates this repository's documents), and no installed module that reaches outside the package for a file."""
 
+import ast
+import json
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from modeling.inference.metrics import __file__ as metrics_init
 from modeling.inference.model_card import TEMPLATE_PATH
@@ -13,19 +19,94 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = REPO_ROOT / "modeling"
 
 
-def test_the_wheel_holds_every_module_the_metric_scripts_and_the_model_card_template(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip wheel` builds from a copy of the repository's package, its tools and its project files."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info next to pyproject.toml
-    shutil.copytree(PACKAGE, source / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("modeling", "tools", "scripts"):
+        shutil.copytree(REPO_ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO_ROOT / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path)], check=True, capture_output=True, timeout=300,
     )
-    (wheel,) = tmp_path.glob("*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {path.relative_to(REPO_ROOT).as_posix() for path in PACKAGE.rglob("*.py")}
-    expected |= {TEMPLATE_PATH.relative_to(REPO_ROOT).as_posix()}
+    (built,) = tmp_path.glob("*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_module_of_the_package_and_its_data_files_and_nothing_else(wheel):
+    names = {name for name in zipfile.ZipFile(wheel).namelist() if ".dist-info/" not in name}
+    modules = {path.relative_to(REPO_ROOT).as_posix() for path in PACKAGE.rglob("*.py")}
+    data = {TEMPLATE_PATH.relative_to(REPO_ROOT).as_posix()}
     assert TEMPLATE_PATH.is_relative_to(PACKAGE) and Path(metrics_init).is_relative_to(PACKAGE)
-    assert any(name.startswith("modeling/inference/metrics/") and name != "modeling/inference/metrics/__init__.py" for name in expected)
-    assert expected - names == set()
+    assert any(name.startswith("modeling/inference/metrics/") and name != "modeling/inference/metrics/__init__.py"
+               for name in modules)
+    assert names == modules | data
+    assert not any(name.startswith(("tools/", "scripts/")) for name in names)
+
+
+def outside_reaches(path: Path, package_root: Path) -> list[str]:
+    """The places in the module at `path` that build a path from `__file__` climbing above `package_root`
+    (`.parent` and `.parents[n]` chains), as "line N"."""
+    depth = len(path.relative_to(package_root).parts)  # the climbs that stay inside the package
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        climbs, inner = 0, node
+        while True:
+            if isinstance(inner, ast.Attribute) and inner.attr == "parent":
+                climbs, inner = climbs + 1, inner.value
+            elif (isinstance(inner, ast.Subscript) and isinstance(inner.value, ast.Attribute)
+                  and inner.value.attr == "parents" and isinstance(inner.slice, ast.Constant)):
+                climbs, inner = climbs + inner.slice.value + 1, inner.value.value
+            elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "resolve":
+                inner = inner.func.value
+            else:
+                break
+        rooted = isinstance(inner, ast.Call) and any(isinstance(arg, ast.Name) and arg.id == "__file__"
+                                                     for arg in inner.args)
+        if rooted and climbs > depth:
+            found.append(f"line {node.lineno}")
+    return found
+
+
+def test_no_installed_module_reaches_outside_the_package_for_files(wheel, tmp_path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    installed = site / "modeling"
+    reaching = {path.relative_to(site).as_posix(): lines for path in sorted(installed.rglob("*.py"))
+                if (lines := outside_reaches(path, installed))}
+    assert reaching == {}
+    # Imported from the installed copy, away from the checkout: every module, and each path it holds at its top
+    # level lies inside the installed package.
+    program = """
+import importlib, json, pathlib, pkgutil, sys
+import modeling
+root = pathlib.Path(modeling.__file__).resolve().parent
+outside = {}
+for module in pkgutil.walk_packages(modeling.__path__, "modeling."):
+    values = vars(importlib.import_module(module.name)).items()
+    paths = [f"{name}={value}" for name, value in values if isinstance(value, pathlib.Path)
+             and not value.resolve().is_relative_to(root)]
+    if paths:
+        outside[module.name] = paths
+print(json.dumps({"root": str(root), "outside": outside}))
+"""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    result = subprocess.run([sys.executable, "-c", program], cwd=work, capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert Path(report["root"]) == installed.resolve()
+    assert report["outside"] == {}
+
+
+def test_the_reach_check_finds_a_path_above_the_package(tmp_path):
+    module = tmp_path / "modeling" / "figures" / "formats.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("from pathlib import Path\nREPOSITORY = Path(__file__).resolve().parents[2]\n"
+                      "HERE = Path(__file__).parent\nTEMPLATE = Path(__file__).resolve().parent.parent / 'card.md'\n")
+    assert outside_reaches(module, tmp_path / "modeling") == ["line 2"]

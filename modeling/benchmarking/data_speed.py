@@ -49,7 +49,6 @@ from .settings import BenchmarkSettings
 TOKENIZER_TRAINING_PAIRS = 50_000
 _LEXICON_SIZE = 30_000
 _CHUNK_PAIRS = 100_000
-_CHECKOUT = Path(__file__).resolve().parents[2]  # the folder holding this `modeling` package
 
 
 def _lexicon(rng: np.random.Generator) -> tuple[list[bytes], np.ndarray]:
@@ -167,7 +166,6 @@ def time_to_first_step(command: list[str], timeout: float = 3600, environment: d
     `environment`: variables to add (the `datasets` cache folder)."""
     environment = {
         **os.environ, **(environment or {}), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(_CHECKOUT), os.environ.get("PYTHONPATH")])),
     }
     start = time.perf_counter()
     # A session of its own, so that stopping it stops the training process the launcher started too.
