@@ -1,9 +1,12 @@
 """docs/annotated.md, the guided walk through the model: every claim it makes, its code excerpts (the live source),
-its printed results (what the code prints now) and its pictures (what scripts/make_figures.py writes)."""
+its cells and their printed results (tests/test_notebook.py runs them as the notebook) and its pictures (what
+scripts/make_figures.py writes, with the data each plots)."""
 
 import ast
+import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -11,24 +14,27 @@ import torch
 from launch_helpers import load_script
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 
+from modeling import AnnotatedTransformerConfig
 from modeling.learning import demonstrations as demo
 from modeling.learning.figures import FIGURES, TRAINED
 from modeling.learning.greedy import greedy_decode
 from tools.annotated_page.excerpts import REPOSITORY, excerpt, resolve
+from tools.annotated_page.figure_data import check_figures, data_path, figure_data, to_json, write_figures
 from tools.annotated_page.page import (
     FIGURES_DIR,
     PAGE,
+    CellError,
     check_text,
     figure_names,
     find_blocks,
+    parse,
     render_block,
+    run_cells,
     same_printout,
     update_text,
 )
-from tools.annotated_page.printouts import OUTPUTS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest (conftest)
-
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +48,28 @@ def make_figures():
     return load_script("make_figures")
 
 
-# ---- the page: excerpts, printouts, pictures, references -------------------------------------------------------------
+# A page of one excerpt and one cell with its printed result, as the walk writes them.
+SMALL_PAGE = """Text.
+
+<!-- excerpt: modeling.training.schedule.noam_learning_rate -->
+```python
+```
+<!-- /excerpt -->
+
+```python
+from modeling.training.schedule import noam_learning_rate
+
+print(f"peak {noam_learning_rate(4000, 512, 4000):.3e}")
+```
+
+<!-- output: peak -->
+```text
+```
+<!-- /output -->
+"""
+
+
+# ---- the page: excerpts, cells and their printouts, pictures, references ---------------------------------------------
 
 
 def test_every_excerpt_on_the_page_is_the_live_source(page):
@@ -55,26 +82,29 @@ def test_every_excerpt_on_the_page_is_the_live_source(page):
             f"{block.label()} no longer matches the code: run `python scripts/make_figures.py --page`")
 
 
-def test_every_printout_on_the_page_is_what_the_code_prints(page):
-    blocks, _ = find_blocks(page)
-    printouts = [block for block in blocks if block.kind == "output"]
-    assert sorted(block.name for block in printouts) == sorted(OUTPUTS)  # each printout shown once
-    for block in printouts:
-        assert same_printout(page[block.start : block.end], render_block("output", block.name)), (
-            f"{block.label()} is not what the code prints now: run `python scripts/make_figures.py --page`")
+def test_every_printed_result_follows_the_cell_that_prints_it(page):
+    """Each output block belongs to the cell above it (tests/test_notebook.py compares what the cells print), each
+    picture to the cell that draws it, and each exercise holds a stub and a check."""
+    parsed = parse(page)
+    assert parsed.problems == []
+    outputs = [block for block in parsed.blocks if block.kind == "output"]
+    assert len(outputs) >= 25 and all(any(cell.output is block for cell in parsed.cells) for block in outputs)
+    assert sorted(cell.figure for cell in parsed.cells if cell.figure) == sorted(FIGURES)
+    assert all("figures." in cell.source for cell in parsed.cells if cell.figure)
+    assert [cell.role for cell in parsed.cells if cell.exercise] == ["stub", "check"] * 5
+    assert 1 <= sum(cell.slow for cell in parsed.cells) <= 5  # the cells that train, and those that use the model
 
 
-def test_a_changed_excerpt_or_printout_is_named_stale_and_rendering_restores_it(page):
-    name = "modeling.modeling_annotated_transformer.SublayerConnection"
-    edited = page.replace("return self.layer_norm(hidden_states + self.dropout(sublayer(hidden_states)))",
-                          "return self.layer_norm(hidden_states + sublayer(hidden_states))", 1)
-    edited = edited.replace("0.9000", "0.8000", 1)  # a smoothed target no longer at 1 - epsilon
-    assert edited != page
+def test_a_changed_excerpt_or_printout_is_named_stale_and_rendering_restores_it():
+    text, problems = update_text(SMALL_PAGE)
+    assert problems == [] and "def noam_learning_rate(" in text and "peak 6.988e-04" in text
+    assert check_text(text) == []
+    edited = text.replace("step = max(step, 1)", "step = max(step, 2)").replace("6.988e-04", "7.988e-04")
     problems = check_text(edited)
-    assert len(problems) == 2 and f"excerpt: {name}" in problems[0] and "output: label_smoothing" in problems[1]
-    assert all("stale" in problem for problem in problems)
+    assert len(problems) == 2 and "excerpt: modeling.training.schedule" in problems[0]
+    assert "output: peak" in problems[1] and all("stale" in problem for problem in problems)
     restored, problems = update_text(edited)
-    assert problems == [] and check_text(restored) == []
+    assert problems == [] and restored == text
 
 
 def test_printouts_compare_their_numbers_within_floating_point_noise():
@@ -83,15 +113,25 @@ def test_printouts_compare_their_numbers_within_floating_point_noise():
     assert not same_printout("LayerNorm 0.00", "BatchNorm 0.00")  # different words
 
 
+def test_a_cell_that_raises_is_named_with_its_line():
+    text = SMALL_PAGE.replace("noam_learning_rate(4000, 512, 4000)", "noam_learning_rate(4000, 0, 4000)")
+    with pytest.raises(CellError, match=r"the cell at line 8 raised ValueError \(its line 3\): The Noam schedule"):
+        run_cells(parse(text).cells)
+    assert any("the cell at line 8 raised ValueError" in problem for problem in check_text(text))
+
+
 def test_broken_markers_and_unknown_names_are_named():
     text = ("<!-- excerpt: modeling.loss.nothing_here -->\n```python\n```\n<!-- /excerpt -->\n"
-            "<!-- output: no_such_printout -->\n<!-- /output -->\n"
+            "<!-- output: orphan -->\n```text\n```\n<!-- /output -->\n"
+            "<!-- slow -->\n```text\n```\n"
+            "![a picture](figures/masks.png)\n"
+            "<!-- exercise: lonely -->\n```python\nx = 1\n```\n<!-- /exercise -->\n"
             "<!-- output: masks -->\n<!--excerpt modeling.loss -->\n")
     problems = check_text(text)
-    assert any("has no 'nothing_here'" in problem for problem in problems)
-    assert any("unknown output 'no_such_printout'" in problem for problem in problems)
-    assert any("malformed marker" in problem for problem in problems)
-    assert any("output: masks --> is not closed" in problem for problem in problems)
+    for expected in ("has no 'nothing_here'", "output: orphan --> does not follow a cell", "slow --> is not followed",
+                     "figures/masks.png does not follow the cell", "exercise lonely holds 1 cells",
+                     "malformed marker", "output: masks --> is not closed"):
+        assert any(expected in problem for problem in problems), (expected, problems)
 
 
 def test_excerpts_are_taken_by_object_with_the_file_they_come_from():
@@ -103,18 +143,19 @@ def test_excerpts_are_taken_by_object_with_the_file_they_come_from():
         resolve("modeling.modeling_annotated_transformer.Missing")
 
 
-def test_the_page_shows_every_figure_in_order_and_each_is_committed(page):
+def test_the_page_shows_every_figure_in_order_and_each_is_committed_with_its_data(page):
     assert figure_names(page) == list(FIGURES)
     for name in FIGURES:
         assert (FIGURES_DIR / f"{name}.png").is_file(), f"docs/figures/{name}.png: run scripts/make_figures.py"
-    total = sum((FIGURES_DIR / f"{name}.png").stat().st_size for name in FIGURES)
+        assert json.loads(data_path(FIGURES_DIR, name).read_text())["axes"], name
+    total = sum((FIGURES_DIR / f"{name}.{kind}").stat().st_size for name in FIGURES for kind in ("png", "json"))
     assert total < 1.5 * 2**20, f"docs/figures/ holds {total / 2**20:.1f} MiB"
     assert "](cross_attention_multi30k.png)" in page and (PAGE.parent / "cross_attention_multi30k.png").is_file()
 
 
 def test_the_page_names_only_tests_that_exist(page):
     references = re.findall(r"tests/(test_\w+\.py)(?:::(test_\w+))?", page)
-    assert len({test for _, test in references if test}) >= 20
+    assert len({test for _, test in references if test}) >= 25
     for file, test in references:
         path = REPOSITORY / "tests" / file
         assert path.is_file(), f"the page names tests/{file}, which does not exist"
@@ -144,27 +185,99 @@ def test_the_page_tells_no_story_of_the_project_and_its_links_point_at_files(pag
             assert anchor in heading_anchors(path.read_text(encoding="utf-8")), f"no heading #{anchor} in {path.name}"
 
 
-def test_the_figures_that_train_nothing_are_written(tmp_path):
-    pytest.importorskip("matplotlib")
-    from modeling.learning.figures import write_figures
+def extras(name: str, optional: dict) -> set[str]:
+    """The requirements an extra installs, the extras it names included."""
+    found = set()
+    for requirement in optional[name]:
+        if match := re.match(r"annotated-transformer-hf\[(.*)\]", requirement):
+            found |= {item for extra in match[1].split(",") for item in extras(extra.strip(), optional)}
+        else:
+            found.add(re.split(r"[<>=\[ ;]", requirement)[0])
+    return found
 
-    names = [name for name in FIGURES if name not in TRAINED]
+
+def test_the_setup_block_installs_what_its_commands_need(page):
+    """The page's setup block runs as written: the extras it installs hold what each later command imports."""
+    block = re.search(r"```bash\n(.*?)```", page, flags=re.DOTALL)[1]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    optional = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    install = re.fullmatch(r'pip install -e "\.\[(\w+)\]"', commands[0])
+    assert install, commands[0]
+    installed = extras(install[1], optional)
+    needs = {"make_figures.py": {"matplotlib"}, "--page": {"nbclient", "nbformat", "ipykernel"}, "pytest": {"pytest"}}
+    for command in commands[1:]:
+        for word, required in needs.items():
+            assert word not in command or required <= installed, f"{command!r} needs {required - installed}"
+        for path in re.findall(r"(?:scripts|tests)/\S+\.py", command):
+            assert (REPOSITORY / path).is_file(), path
+    assert {"matplotlib", "nbclient", "ipykernel", "pytest"} <= installed
+    assert not {"pytest", "nbclient"} <= extras("plot", optional)  # what the block installed before: too little
+
+
+def test_make_figures_writes_each_picture_with_the_data_it_plots(tmp_path):
+    names = ["masks", "noam_schedule"]
     paths = write_figures(tmp_path, names)
     assert [path.name for path in paths] == [f"{name}.png" for name in names]
     assert all(path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for path in paths)
+    noam = json.loads(data_path(tmp_path, "noam_schedule").read_text())
+    line = noam["axes"][0]["lines"][0]
+    assert line["label"] == "d_model 512, warmup 4000" and line["y"]["shape"] == [20000]
+    assert line["y"]["summary"][3] == pytest.approx((512 * 4000) ** -0.5, rel=1e-3)  # its largest value: the peak
+    assert check_figures(tmp_path, names) == []
+
+
+def test_the_committed_figures_plot_what_the_code_draws_now():
+    assert check_figures(FIGURES_DIR, [name for name in FIGURES if name not in TRAINED]) == []
+
+
+def test_make_figures_check_fails_on_a_changed_figure(make_figures, tmp_path, capsys):
+    for name in ("masks", "noam_schedule"):
+        for suffix in ("png", "json"):
+            shutil.copy(FIGURES_DIR / f"{name}.{suffix}", tmp_path)
+    assert make_figures.main(["--check", "--only", "masks", "noam_schedule", "--output_dir", str(tmp_path)]) == 0
+    data = json.loads(data_path(tmp_path, "noam_schedule").read_text())
+    data["axes"][0]["lines"][1]["y"]["samples"][100] *= 1.1  # warmup 8000's curve, once drawn otherwise
+    data_path(tmp_path, "noam_schedule").write_text(to_json(data))
+    masks = data_path(tmp_path, "masks")
+    masks.write_text(masks.read_text().replace("decoder self-attention, sentence 2", "decoder, sentence 2"))
+    capsys.readouterr()
+    assert make_figures.main(["--check", "--only", "masks", "noam_schedule", "--output_dir", str(tmp_path)]) == 1
+    errors = capsys.readouterr().err.splitlines()[:-1]  # the last line says how long it took
+    assert len(errors) == 2 and all("is stale" in error for error in errors)
+    assert "masks.png" in errors[0] and "'decoder, sentence 2' became 'decoder self-attention, sentence 2'" in errors[0]
+    assert "noam_schedule.png" in errors[1] and "lines[1].y.samples[100]" in errors[1]
+
+
+def test_a_figure_s_data_compares_within_floating_point_noise():
+    figure = FIGURES["attention_scaling"]()
+    data = figure_data(figure)
+    noisy = json.loads(json.dumps(data))
+    noisy["axes"][0]["lines"][0]["y"]["values"][3] *= 1 + 1e-5  # a last-digit difference between two CPUs
+    from tools.annotated_page.figure_data import differences
+
+    assert differences(data, noisy) == []
+    noisy["axes"][0]["lines"][0]["y"]["values"][3] *= 1.01
+    assert differences(data, noisy) != []
 
 
 @pytest.mark.slow
 def test_make_figures_writes_every_figure_the_page_shows(page, make_figures, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     assert make_figures.main(["--output_dir", str(tmp_path)]) == 0
     assert sorted(path.stem for path in tmp_path.glob("*.png")) == sorted(figure_names(page))
+    assert check_figures(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_make_figures_check_passes_on_the_committed_page_notebooks_and_figures(make_figures, capsys):
+    assert make_figures.main(["--check"]) == 0, capsys.readouterr().err
 
 
 def test_make_figures_check_names_each_missing_figure(make_figures, tmp_path, capsys):
-    assert make_figures.main(["--check", "--output_dir", str(tmp_path)]) == 1
-    errors = capsys.readouterr().err.splitlines()
-    assert errors == [f"the page shows figures/{name}.png, which is not in {tmp_path}" for name in FIGURES]
+    assert make_figures.main(["--check", "--only", "masks", "noam_schedule", "--output_dir", str(tmp_path)]) == 1
+    errors = capsys.readouterr().err.splitlines()[:-1]
+    assert errors == [f"{tmp_path}/{name}.png and {name}.json missing: run `python scripts/make_figures.py --only "
+                      f"{name}`" for name in ("masks", "noam_schedule")]
 
 
 def test_make_figures_refuses_an_unknown_figure_in_one_line(make_figures, capsys):
@@ -229,6 +342,21 @@ def test_one_projection_is_h_heads_of_d_k():
     assert (combined - separate).abs().max() < 1e-6
 
 
+# ---- §4 why self-attention ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [8, 64])
+def test_self_attention_costs_four_n_squared_d_between_positions(length):
+    cost = demo.self_attention_cost(length, d_model=64, heads=4)
+    assert cost.attention == 4 * length**2 * 64  # Q K^T and weights times V: 2 n^2 d multiply-adds
+    assert cost.projections == 8 * length * 64**2  # four d x d projections of n positions
+
+
+def test_one_self_attention_layer_connects_every_position():
+    read = demo.positions_read(length=32)
+    assert read == {"self-attention": 32, "a convolution of width 3": 2}  # path length 1 against n / k
+
+
 # ---- §3.1, §5.4 the sublayer connection ------------------------------------------------------------------------------
 
 
@@ -241,6 +369,22 @@ def test_deepnet_initialisation_starts_post_norm_sublayers_near_the_identity():
     assert xavier.gradient_norms[decoder_first] < 0.5 * xavier.gradient_norms[decoder_last]  # vanishing downwards
     assert deepnet.gradient_norms[decoder_first] > 0.8 * deepnet.gradient_norms[decoder_last]  # even
     assert pre_norm.label.startswith("pre-norm")
+
+
+@pytest.mark.parametrize("scheme", ["xavier_uniform", "fairseq", "deepnet"])
+def test_each_init_scheme_draws_the_standard_deviation_of_its_formula(scheme):
+    stds = demo.initial_stds(scheme, preset="base", vocab_size=2000)
+    xavier = {name: math.sqrt(6 / sum(fans)) / math.sqrt(3) for name, fans in {
+        "embeddings": (2000, 512), "encoder q_proj": (512, 512), "encoder v_proj": (512, 512),
+        "encoder fc1": (512, 2048), "decoder v_proj": (512, 512), "decoder fc2": (2048, 512)}.items()}
+    gains = {"encoder v_proj": 0.87 * (6**4 * 6) ** (-1 / 16), "encoder fc1": 0.87 * (6**4 * 6) ** (-1 / 16),
+             "decoder v_proj": (12 * 6) ** (-1 / 4), "decoder fc2": (12 * 6) ** (-1 / 4)}
+    for name, std in xavier.items():
+        if name == "embeddings" and scheme != "xavier_uniform":
+            std = 512**-0.5  # fairseq's N(0, d_model^-0.5)
+        elif scheme == "deepnet":
+            std *= gains.get(name, 1.0)
+        assert stds[name] == pytest.approx(std, rel=0.02), name
 
 
 def test_layer_norm_ignores_the_batch_and_batch_norm_does_not():
@@ -264,6 +408,18 @@ def test_one_matrix_is_shared_three_ways():
     assert demo.shared_matrices(demo.small_model()) == {"target embedding": True, "pre-softmax projection": True}
     counts = demo.tied_and_untied_parameters()
     assert counts["untied"] - counts["tied"] == 2 * 37000 * 512
+
+
+def test_a_joint_vocabulary_serves_both_languages():
+    tokenizer = demo.joint_tokenizer()
+    german, english = ([pair[side] for pair in demo.EXAMPLE_PAIRS] for side in (0, 1))
+    for sentence in german + english:
+        ids = tokenizer(sentence)["input_ids"]
+        assert tokenizer.unk_token_id not in ids and tokenizer.decode(ids, skip_special_tokens=True) == sentence
+    used = [{token for sentence in sentences for token in tokenizer.tokenize(sentence)} for sentences in
+            (german, english)]
+    assert len(used[0] & used[1]) >= 10  # subwords both languages use, one id (and embedding) each
+    assert len(tokenizer) <= 400 and "ĠHund" in used[0] and "Ġdog" in used[1]
 
 
 # ---- §5 training -----------------------------------------------------------------------------------------------------
@@ -321,6 +477,39 @@ def test_greedy_decode_gives_the_tokens_of_generate():
     assert_varied(expected)
 
 
+def test_the_cache_projects_each_position_once():
+    """Greedy decoding without the cache (every step reads the whole prefix) and with it: the same tokens; the
+    decoder's projections compute T(T + 1)/2 positions per layer and sentence without, T with, and the source's keys
+    and values T times without, once with."""
+    model = generating_model()
+    input_ids, attention_mask = padded_batch()
+    steps, batch, source_length, layers = 6, input_ids.shape[0], input_ids.shape[1], model.config.decoder_layers
+
+    @torch.no_grad()
+    def without_cache():
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+        tokens = torch.full((batch, 1), model.config.decoder_start_token_id)
+        for _ in range(steps):
+            logits = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=tokens,
+                           use_cache=False).logits
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return tokens
+
+    model.config.eos_token_id = model.generation_config.eos_token_id = -1  # no early stop: exactly `steps` steps
+    with demo.projection_counter(model) as uncached:
+        recomputed = without_cache()
+    with demo.projection_counter(model) as cached:
+        decoded = greedy_decode(model, input_ids, attention_mask, steps)
+    assert torch.equal(recomputed, decoded)
+    assert_varied(decoded)
+    prefix_sum = steps * (steps + 1) // 2 * batch * layers
+    assert all(uncached[f"self-attention {letter}"] == prefix_sum for letter in "qkv")
+    assert uncached["encoder-decoder q"] == prefix_sum
+    assert uncached["encoder-decoder k"] == uncached["encoder-decoder v"] == steps * source_length * batch * layers
+    assert all(cached[f"self-attention {letter}"] == steps * batch * layers for letter in "qkv")
+    assert cached["encoder-decoder k"] == cached["encoder-decoder v"] == source_length * batch * layers
+
+
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
 def test_greedy_decode_pads_the_rows_that_have_finished(norm_first):
     """A row that emits </s> early is padded while the other goes on, as generate() pads it (</s> is made a token
@@ -340,9 +529,60 @@ def test_greedy_decode_pads_the_rows_that_have_finished(norm_first):
 
 @pytest.mark.slow
 def test_the_copy_task_attends_along_the_diagonal():
-    """Trained as make_figures.py trains it: it copies, and output position i reads source position i."""
+    """Trained as make_figures.py and the walk train it: it copies, output position i reads source position i in the
+    last layer's encoder-decoder attention, and every layer and head of each kind is there."""
     result = demo.copy_task_attention()
     assert result.accuracy > 0.95
     assert result.decoder_input[1:] == result.source[:-1]  # the greedy output copies the source (</s> aside)
     diagonal = result.cross_attention.mean(0).argmax(-1) == torch.arange(len(result.decoder_input))
     assert diagonal.float().mean() >= 0.8
+    queries, keys = len(result.decoder_input), len(result.source)
+    shapes = {"encoder": (4, keys, keys), "decoder": (4, queries, queries), "cross": (4, queries, keys)}
+    for kind, layers in result.attentions.items():
+        assert len(layers) == 2 and all(tuple(layer.shape) == shapes[kind] for layer in layers), kind
+        assert all(torch.allclose(layer.sum(-1), torch.ones(layer.shape[:-1])) for layer in layers)
+
+
+def test_only_eager_attention_returns_the_weights():
+    model = demo.small_model()
+    source, decoder_input = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 5, 6]])
+    assert model.config._attn_implementation == "sdpa"
+    with torch.no_grad():
+        assert model(input_ids=source, decoder_input_ids=decoder_input, output_attentions=True).cross_attentions == ()
+    with pytest.raises(ValueError, match="returns no attention weights: call model.set_attn_implementation"):
+        demo.attention_weights(model, source, decoder_input)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        attentions = demo.attention_weights(model, source, decoder_input)
+    assert {kind: [tuple(layer.shape) for layer in layers] for kind, layers in attentions.items()} == {
+        "encoder": [(4, 4, 4)] * 2, "decoder": [(4, 3, 3)] * 2, "cross": [(4, 3, 4)] * 2}
+
+
+# ---- where the package differs ---------------------------------------------------------------------------------------
+
+
+def test_the_table_of_differences_states_the_defaults(page):
+    section = page[page.index("## 13. Where this package differs"):]
+    rows = {row.split("|")[1].strip(): row.split("|")[2].strip() for row in re.findall(r"^\|.*\|$", section,
+                                                                                       flags=re.MULTILINE)}
+    for topic in ("norm placement", "initialisation", "attention dropout", "activation dropout", "LayerNorm",
+                  "mask fill"):
+        assert topic in rows, topic
+    config = AnnotatedTransformerConfig.from_preset("base")
+    assert rows["norm placement"].startswith("post-norm") and config.norm_first is False
+    assert rows["initialisation"].startswith("`deepnet`") and config.init_scheme == "deepnet"
+    assert rows["attention dropout"] == "`attention_dropout`, 0" and config.attention_dropout == 0
+    assert rows["activation dropout"] == "`activation_dropout`, 0" and config.activation_dropout == 0
+    assert "ε = 1e-6" in rows["LayerNorm"] and config.layer_norm_eps == 1e-6
+    layer = demo.small_model().model.encoder.layers[0].self_attn_sublayer.layer_norm
+    assert type(layer) is torch.nn.LayerNorm
+    additive = demo.masks_as_received("eager")["encoder"]
+    assert additive.min() == torch.finfo(torch.float32).min  # "the dtype's minimum (eager)"
+
+
+def test_a_fully_masked_row_is_nan_with_minus_1e9_and_uniform_with_the_dtype_minimum():
+    scores = torch.zeros(4)
+    minus_1e9 = torch.tensor(-1e9).half().item()  # beyond float16's range
+    assert minus_1e9 == float("-inf") and scores.fill_(minus_1e9).softmax(-1).isnan().all()
+    uniform = scores.fill_(torch.finfo(torch.float16).min).softmax(-1)
+    torch.testing.assert_close(uniform, torch.full((4,), 0.25))

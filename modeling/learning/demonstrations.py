@@ -3,21 +3,24 @@
 One function per claim of the walk, in the order of the paper's Figure 1: the positional encoding's rotations
 (§3.5), the embeddings' scale (§3.4), the masks the attention receives (§3.1, §3.2.3), why scores are divided by
 sqrt(d_k) (§3.2.1), one projection as h heads (§3.2.2), the sublayer connection and its normalisation (§3.1, §5.4),
-the feed-forward network as two convolutions (§3.3), weight tying (§3.4), token-budget batches (§5.1), the Noam
-schedule (§5.3), label smoothing (§5.4) and the copy task. `printouts` prints them for the page, `figures` draws
-them, and tests/test_annotated.py asserts each claim the page makes from them.
+the feed-forward network as two convolutions (§3.3), what self-attention costs (§4), initialisation, weight tying
+and the shared BPE vocabulary (§3.4, §5.1), token-budget batches (§5.1), the Noam schedule (§5.3), label smoothing
+(§5.4), decoding with and without the cache, and the copy task's attention. The page's cells (and the notebook made
+from them) print them, `figures` draws them, and tests/test_annotated.py asserts each claim the page makes from them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from ..configuration_annotated_transformer import AnnotatedTransformerConfig
 from ..data.batching import TokenBudgetBatchSampler, padding_stats
@@ -30,6 +33,7 @@ from ..modeling_annotated_transformer import (
     eager_attention_forward,
     sinusoidal_positional_encoding,
 )
+from ..tokenization import train_translation_tokenizers
 from ..training.copy_task import copy_batch, train_copy_task
 from ..training.schedule import noam_learning_rate
 from .greedy import greedy_decode
@@ -193,6 +197,54 @@ def heads_as_separate_projections(seed: int = 0) -> tuple[torch.Tensor, torch.Te
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# §4 why self-attention
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionCost:
+    length: int  # n, the positions of the sequence
+    d_model: int
+    projections: int  # FLOPs of the four d_model x d_model projections (Q, K, V, output): 4 * 2 n d_model^2
+    attention: int  # FLOPs between positions (Q K^T, then the weights times V): 2 * 2 n^2 d_model
+
+
+@torch.no_grad()
+def self_attention_cost(length: int, d_model: int = 512, heads: int = 8) -> AttentionCost:
+    """The floating-point operations of one call of the model's multi-head self-attention (eager) on `length`
+    positions, as torch's `FlopCounterMode` counts them (a multiply-add is 2): the batched products between
+    positions apart from the projections."""
+    model = small_model(d_model=d_model, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                        encoder_layers=1, decoder_layers=1, max_position_embeddings=max(64, length))
+    model.set_attn_implementation("eager")
+    attention = model.model.encoder.layers[0].self_attn
+    counter = FlopCounterMode(display=False)
+    with counter:
+        attention(torch.zeros(1, length, d_model))
+    counts = counter.get_flop_counts()["Global"]
+    between_positions = sum(count for op, count in counts.items() if "bmm" in str(op))
+    return AttentionCost(length, d_model, counter.get_total_flops() - between_positions, between_positions)
+
+
+@torch.enable_grad()
+def positions_read(length: int = 32, seed: int = 0) -> dict[str, int]:
+    """How many input positions the output at position 0 depends on after one layer (a non-zero gradient): the
+    model's self-attention (a small model's first encoder layer's) and a convolution of kernel width 3, the
+    paper's path-length comparison (§4, Table 1)."""
+    model = small_model(seed)
+    d_model = model.config.d_model
+    convolution = nn.Conv1d(d_model, d_model, kernel_size=3, padding=1)
+    inputs = torch.randn(1, length, d_model, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+    layers = {"self-attention": lambda x: model.model.encoder.layers[0].self_attn(x)[0],
+              "a convolution of width 3": lambda x: convolution(x.transpose(1, 2)).transpose(1, 2)}
+    read = {}
+    for name, layer in layers.items():
+        gradient = torch.autograd.grad(layer(inputs)[0, 0].sum(), inputs)[0][0]  # (length, d_model)
+        read[name] = int((gradient.abs().sum(-1) > 0).sum())
+    return read
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # §3.1, §5.4 the sublayer connection: norm placement, LayerNorm against BatchNorm, initialisation
 # ----------------------------------------------------------------------------------------------------------------------
 
@@ -253,6 +305,24 @@ def sublayer_start(init_scheme: str, norm_first: bool, label: str = "", d_model:
 def sublayer_starts(**kwargs) -> list[SublayerStart]:
     """`sublayer_start` for each of `SUBLAYER_SETTINGS`."""
     return [sublayer_start(scheme, norm_first, label, **kwargs) for label, scheme, norm_first in SUBLAYER_SETTINGS]
+
+
+INIT_MATRICES = {  # what the page shows -> the parameter it is (first layer of each stack)
+    "embeddings": "model.shared.weight",
+    "encoder q_proj": "model.encoder.layers.0.self_attn.q_proj.weight",
+    "encoder v_proj": "model.encoder.layers.0.self_attn.v_proj.weight",
+    "encoder fc1": "model.encoder.layers.0.feed_forward.fc1.weight",
+    "decoder v_proj": "model.decoder.layers.0.self_attn.v_proj.weight",
+    "decoder fc2": "model.decoder.layers.0.feed_forward.fc2.weight",
+}
+
+
+def initial_stds(init_scheme: str, preset: str = "base", vocab_size: int = 8000, seed: int = 0) -> dict[str, float]:
+    """The standard deviation of each of `INIT_MATRICES` in a fresh model of `preset` under `init_scheme`."""
+    torch.manual_seed(seed)
+    config = AnnotatedTransformerConfig.from_preset(preset, vocab_size=vocab_size, init_scheme=init_scheme)
+    parameters = dict(AnnotatedTransformerForConditionalGeneration(config).named_parameters())
+    return {label: parameters[name].std().item() for label, name in INIT_MATRICES.items()}
 
 
 @dataclass
@@ -326,6 +396,29 @@ def tied_and_untied_parameters(preset: str = "base", vocab_size: int = 37000) ->
     """Trainable parameters of a preset with one shared matrix (§3.4) and with three."""
     return {tied: count_parameters(AnnotatedTransformerConfig.from_preset(
         preset, vocab_size=vocab_size, tie_word_embeddings=tied == "tied")) for tied in ("tied", "untied")}
+
+
+EXAMPLE_PAIRS = (  # German-English pairs in the style of Multi30k's image captions, written for the walk
+    ("Ein Hund läuft über die Wiese.", "A dog runs across the meadow."),
+    ("Zwei Hunde spielen im Schnee.", "Two dogs play in the snow."),
+    ("Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bicycle on the street."),
+    ("Eine Frau liest ein Buch im Park.", "A woman reads a book in the park."),
+    ("Kinder spielen Fußball auf dem Rasen.", "Children play soccer on the grass."),
+    ("Ein Junge springt in den See.", "A boy jumps into the lake."),
+    ("Zwei Männer sitzen auf einer Bank.", "Two men sit on a bench."),
+    ("Ein Mädchen trägt einen roten Hut.", "A girl wears a red hat."),
+    ("Eine Gruppe von Menschen steht vor einem Gebäude.", "A group of people stands in front of a building."),
+    ("Ein Hund fängt einen Ball im Park.", "A dog catches a ball in the park."),
+    ("Ein Mann spielt Gitarre auf der Straße.", "A man plays guitar on the street."),
+    ("Drei Kinder laufen am Strand.", "Three children run on the beach."),
+)
+
+
+def joint_tokenizer(vocab_size: int = 400):
+    """A byte-level BPE tokenizer trained on both sides of `EXAMPLE_PAIRS` together (`train_translation_tokenizers`,
+    joint): one vocabulary for both languages, the one that tied embeddings need (§3.4, §5.1)."""
+    sources, targets = zip(*EXAMPLE_PAIRS)
+    return train_translation_tokenizers(list(sources), list(targets), vocab_size=vocab_size, min_frequency=2)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -403,51 +496,116 @@ def loss_against_confidence(confidences: Sequence[float], epsilon: float, vocab_
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# Decoding: what the cache saves
+# ----------------------------------------------------------------------------------------------------------------------
+
+PROJECTIONS = {"q": "q_proj", "k": "k_proj", "v": "v_proj"}
+
+
+@contextmanager
+def projection_counter(model) -> Iterator[dict[str, int]]:
+    """Within the block, count the token rows that the decoder's query, key and value projections compute, summed
+    over its layers: {"self-attention q": rows, ..., "encoder-decoder v": rows} (forward pre-hooks)."""
+    counts, hooks = {}, []
+    for layer in model.model.decoder.layers:
+        for kind, attention in (("self-attention", layer.self_attn), ("encoder-decoder", layer.encoder_attn)):
+            for letter, name in PROJECTIONS.items():
+                key = f"{kind} {letter}"
+                counts.setdefault(key, 0)
+
+                def count(module, args, key=key):
+                    counts[key] += args[0].shape[:-1].numel()
+                hooks.append(getattr(attention, name).register_forward_pre_hook(count))
+    try:
+        yield counts
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The copy task
+# ----------------------------------------------------------------------------------------------------------------------
+
+ATTENTION_OUTPUTS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
+
+
+@torch.no_grad()
+def attention_weights(model, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor
+                      ) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Every layer's attention weights of the first pair, per kind ("encoder", "decoder", "cross"): one (heads,
+    queries, keys) tensor per layer. Only eager attention forms the weights as a tensor (SDPA computes the output
+    in one fused call, and `output_attentions=True` then returns no weights), so the model must run eagerly."""
+    if model.config._attn_implementation != "eager":
+        raise ValueError(f"attention implementation {model.config._attn_implementation!r} returns no attention "
+                         "weights: call model.set_attn_implementation('eager') first")
+    outputs = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    return {kind: tuple(layer[0] for layer in getattr(outputs, name)) for kind, name in ATTENTION_OUTPUTS.items()}
+
+
 @dataclass
 class CopyAttention:
     accuracy: float  # token accuracy of greedy decoding on 200 held-out sequences (`train_copy_task`)
     source: list[int]
     decoder_input: list[int]  # <s>, then the greedy output without </s>
-    cross_attention: torch.Tensor  # the last decoder layer's encoder-decoder attention: (heads, queries, keys)
+    attentions: dict[str, tuple[torch.Tensor, ...]]  # `attention_weights`: kind -> per layer (heads, queries, keys)
+
+    @property
+    def cross_attention(self) -> torch.Tensor:
+        """The last decoder layer's encoder-decoder attention: (heads, queries, keys)."""
+        return self.attentions["cross"][-1]
 
 
-@torch.no_grad()
-def _copy_attention(model, length: int, seed: int) -> tuple[list[int], list[int], torch.Tensor]:
+def copy_example(model, length: int = 10, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a new random sequence of the copy task, (1, length + 1); the decoder input that reads it: <s>, then the
+    model's greedy output without its </s>)."""
     source, _ = copy_batch(1, length, model.config.vocab_size, model.config.eos_token_id,
                            torch.Generator().manual_seed(seed))
     generated = greedy_decode(model, source, torch.ones_like(source), max_new_tokens=length + 1)[0].tolist()
     decoder_input = generated[:-1] if generated[-1] == model.config.eos_token_id else generated
-    model.set_attn_implementation("eager")  # the one implementation that returns attention weights
-    outputs = model(input_ids=source, decoder_input_ids=torch.tensor([decoder_input]), output_attentions=True)
-    return source[0].tolist(), decoder_input, outputs.cross_attentions[-1][0]
+    return source, torch.tensor([decoder_input])
 
 
 def copy_task_attention(steps: int = 350, length: int = 10, seed: int = 0) -> CopyAttention:
-    """Train the copy task's tiny model (`train_copy_task`: Adam, the Noam schedule, label smoothing 0.1), then
-    decode a new random sequence greedily and take the last layer's encoder-decoder attention."""
+    """Train the copy task's tiny model (`train_copy_task`: Adam, the Noam schedule, label smoothing 0.1), decode a
+    new random sequence greedily, and take every layer's attention weights of each kind (eagerly)."""
     model, accuracy = train_copy_task(steps=steps, length=length, seed=seed)
-    return CopyAttention(accuracy, *_copy_attention(model, length, seed + 2))
+    source, decoder_input = copy_example(model, length, seed + 2)
+    model.set_attn_implementation("eager")
+    return CopyAttention(accuracy, source[0].tolist(), decoder_input[0].tolist(),
+                         attention_weights(model, source, decoder_input))
 
 
 __all__ = [
     "ATTENTIONS",
+    "ATTENTION_OUTPUTS",
+    "EXAMPLE_PAIRS",
+    "INIT_MATRICES",
     "NOAM_SETTINGS",
     "SUBLAYER_SETTINGS",
     "attention_masks",
+    "attention_weights",
+    "copy_example",
     "copy_task_attention",
     "dot_product_spread",
     "embedding_scale",
     "example_lengths",
     "feed_forward_three_ways",
     "heads_as_separate_projections",
+    "initial_stds",
+    "joint_tokenizer",
     "layer_norm_against_batch_norm",
     "loss_against_confidence",
     "mask_example",
     "masks_as_received",
     "noam_curve",
     "padding_comparison",
+    "positions_read",
+    "projection_counter",
     "relative_position_rotation",
     "rotation_error",
+    "self_attention_cost",
     "shared_matrices",
     "small_model",
     "smoothed_targets",

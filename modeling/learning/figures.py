@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..inference.attention_plots import attention_figure, require_matplotlib
+from ..inference.attention_plots import require_matplotlib
 from ..modeling_annotated_transformer import sinusoidal_positional_encoding
 from ..tokenization import SPECIAL_TOKENS
 from . import demonstrations as demo
@@ -39,8 +39,9 @@ def token_names(ids: Sequence[int]) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def positional_encoding_figure(num_positions: int = 100, d_model: int = 64, dimensions=(4, 5, 6, 7)):
-    """The sinusoidal table as a heatmap, and a few dimensions' curves over the positions."""
+def positional_encoding_figure(num_positions: int = 100, d_model: int = 64, dimensions=(4, 12, 20, 28)):
+    """The sinusoidal table as a heatmap (a row per dimension, a column per position), and the curves of a few
+    dimensions far enough apart that their wavelengths differ several times (2π · 10000^(dimension/d_model))."""
     table = sinusoidal_positional_encoding(num_positions, d_model).numpy()
     figure, (heatmap, curves) = _figure(2)
     image = heatmap.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower")
@@ -48,9 +49,10 @@ def positional_encoding_figure(num_positions: int = 100, d_model: int = 64, dime
     figure.colorbar(image, ax=heatmap, shrink=0.8)
     for dimension in dimensions:
         kind = "sin" if dimension % 2 == 0 else "cos"
-        curves.plot(table[:, dimension], label=f"dimension {dimension} ({kind})")
-    curves.set(xlabel="position", ylabel="PE", title="a few dimensions: one sinusoid each")
-    curves.legend(fontsize=8, loc="lower left")
+        wavelength = 2 * np.pi * 10000 ** ((dimension - dimension % 2) / d_model)
+        curves.plot(table[:, dimension], label=f"dimension {dimension} ({kind}, wavelength {wavelength:.0f})")
+    curves.set(xlabel="position", ylabel="PE", ylim=(-1.1, 1.6), title="a few dimensions: one sinusoid each")
+    curves.legend(fontsize=7, loc="upper right", ncols=2)
     return figure
 
 
@@ -258,13 +260,38 @@ def label_smoothing_figure(epsilon: float = 0.4, vocab_size: int = 8, gold_ids=(
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def copy_task_attention_figure():
-    """Encoder-decoder attention of the last layer of the copy task's model, trained here, for a new sequence."""
-    result = demo.copy_task_attention()
-    return attention_figure(
-        result.cross_attention, range(result.cross_attention.shape[0]), token_names(result.decoder_input),
-        token_names(result.source),
-        f"Copy task, encoder-decoder attention, last layer (greedy accuracy {100 * result.accuracy:.1f}%)",
+def attention_layers_figure(attentions: dict[str, Sequence[torch.Tensor]], source: Sequence[str],
+                            decoder_input: Sequence[str], title: str):
+    """Every layer and head of each kind of attention (`demonstrations.attention_weights`): a row per (kind, layer),
+    a column per head; each panel's rows are queries, its columns keys, coloured from 0 to 1."""
+    rows = [(kind, layer) for kind in demo.ATTENTION_OUTPUTS for layer in range(len(attentions[kind]))]
+    heads = attentions["encoder"][0].shape[0]
+    labels = {"encoder": (source, source), "decoder": (decoder_input, decoder_input), "cross": (decoder_input, source)}
+    figure = require_matplotlib().Figure(figsize=(2.1 * heads, 2.2 * len(rows) + 0.4), layout="constrained")
+    axes = figure.subplots(len(rows), heads, squeeze=False)
+    for row, (kind, layer) in enumerate(rows):
+        queries, keys = labels[kind]
+        for head in range(heads):
+            panel = axes[row, head]
+            image = panel.imshow(attentions[kind][layer][head].numpy(), vmin=0, vmax=1, cmap="viridis")
+            if row == 0:
+                panel.set_title(f"head {head}", fontsize=9)
+            if head == 0:
+                panel.set_ylabel(f"{MASK_TITLES[kind]}\nlayer {layer}", fontsize=8)
+            panel.set_xticks(range(len(keys)), keys, rotation=90, fontsize=6)
+            panel.set_yticks(range(len(queries)), queries, fontsize=6)
+    figure.colorbar(image, ax=axes, shrink=0.3, label="attention weight")
+    figure.suptitle(f"{title} (rows: queries, columns: keys)")
+    return figure
+
+
+def copy_task_attention_figure(result: demo.CopyAttention | None = None):
+    """Every layer and head of the copy task's model, trained here (`demonstrations.copy_task_attention`) unless
+    `result` is given, for a new sequence decoded greedily."""
+    result = demo.copy_task_attention() if result is None else result
+    return attention_layers_figure(
+        result.attentions, token_names(result.source), token_names(result.decoder_input),
+        f"Copy task (greedy accuracy {100 * result.accuracy:.1f}%)",
     )
 
 
@@ -304,6 +331,7 @@ __all__ = [
     "DPI",
     "FIGURES",
     "TRAINED",
+    "attention_layers_figure",
     "attention_scaling_figure",
     "copy_task_attention_figure",
     "label_smoothing_figure",

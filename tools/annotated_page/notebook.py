@@ -1,0 +1,286 @@
+"""The notebooks of the walk, generated from docs/annotated.md so that they cannot drift from it.
+
+`build_notebook(text)` turns the page into a notebook: its prose (excerpts included, as code to read) into markdown
+cells, each of its cells into a code cell, after a first cell that installs the package where it is missing (as on
+Colab, whose badge opens the notebook). Its output blocks become the cells' outputs, its pictures the figures the
+cells draw. `build_notebook(text, solutions=True)` is the solutions notebook: each exercise's statement, its solution
+(`solutions.py`) in place of the stub, and its check. `execute_notebook` runs a notebook in a Jupyter kernel
+(nbclient), `output_problems` names each cell whose output is not what the page says, and `source_problems` each
+difference between a committed notebook and the one the page gives now.
+
+Why the page's own blocks and not jupytext: the page mixes code to read (live excerpts, which must not run in a
+learner's namespace) with code to run, holds each cell's printed output for the tests to compare, and wraps its
+exercises with their checks; its markers already say which is which.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import inspect
+import posixpath
+import re
+import tempfile
+from pathlib import Path
+
+from .excerpts import REPOSITORY
+from .page import Cell, parse, render_block, same_printout
+
+# Placeholder: the address of the repository once it is published. The Colab badge, the install cell and the links
+# of the notebooks are built from it; change it here and run `python scripts/make_figures.py --page`.
+REPOSITORY_URL = "https://github.com/YOUR-ACCOUNT/annotated-transformer-hf"
+BRANCH = "main"
+NOTEBOOKS_DIR = REPOSITORY / "notebooks"
+NOTEBOOK = NOTEBOOKS_DIR / "annotated_transformer.ipynb"
+SOLUTIONS = NOTEBOOKS_DIR / "annotated_transformer_solutions.ipynb"
+PAGE_PATH = "docs/annotated.md"  # where the page is in the repository: its relative links start there
+KERNEL = "python3"
+KEY = "walk"  # the cells' metadata this module writes: {"output": NAME}, {"figure": NAME}, {"exercise": ...}
+_LINK = re.compile(r"(?P<image>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
+_FIGURE_IMAGE = re.compile(r"^!\[[^\]]*\]\(figures/[\w-]+\.png\)\n?", flags=re.MULTILINE)
+_MARKER_LINE = re.compile(r"^<!--.*-->\n?", flags=re.MULTILINE)
+
+
+def require_jupyter():
+    """(nbformat, nbclient), or ImportError with the one line that says how to install them."""
+    if importlib.util.find_spec("nbclient") is None or importlib.util.find_spec("ipykernel") is None:
+        raise ImportError("nbclient and ipykernel are not installed: pip install -e '.[notebook]'")
+    import nbclient
+    import nbformat
+
+    return nbformat, nbclient
+
+
+def colab_url(path: Path) -> str:
+    """The address that opens the committed notebook at `path` on Colab."""
+    repository = REPOSITORY_URL.removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{repository}/blob/{BRANCH}/{path.relative_to(REPOSITORY)}"
+
+
+def install_source() -> str:
+    """The notebooks' first code cell: install the package where it is missing (Colab), then draw inline."""
+    return f'''# Installs this package where it is missing, as on Colab (about a minute); elsewhere it does nothing.
+import importlib.util
+import subprocess
+import sys
+
+REPOSITORY = "{REPOSITORY_URL}"
+if importlib.util.find_spec("modeling") is None:
+    package = f"annotated-transformer-hf[plot] @ git+{{REPOSITORY}}"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", package], check=True)
+    importlib.invalidate_caches()
+%matplotlib inline'''
+
+
+def _link(match: re.Match) -> str:
+    """A link of the page as it must read from anywhere: to the repository on GitHub (a notebook: on Colab)."""
+    target = match["target"]
+    if re.match(r"[a-z]+:", target):
+        return match.group(0)
+    path, _, anchor = target.partition("#")
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(PAGE_PATH), path)) if path else PAGE_PATH
+    if path.endswith(".ipynb"):
+        url = colab_url(REPOSITORY / path)
+    else:
+        url = f"{REPOSITORY_URL}/{'raw' if match['image'] else 'blob'}/{BRANCH}/{path}"
+    return f"{match['image']}[{match['text']}]({url}{'#' + anchor if anchor else ''})"
+
+
+def notebook_markdown(text: str) -> str:
+    """A stretch of the page's prose for a notebook: markers and the pictures the cells draw left out, links made
+    absolute (code blocks are left as they are)."""
+    text = _FIGURE_IMAGE.sub("", _MARKER_LINE.sub("", text))
+    parts = re.split(r"(^```.*?^```$)", text, flags=re.MULTILINE | re.DOTALL)
+    text = "".join(part if part.startswith("```") else _LINK.sub(_link, part) for part in parts)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _segments(text: str) -> list[str | Cell]:
+    """The page in order, as stretches of prose (str) and cells, without its page-only regions and output blocks."""
+    page = parse(text)
+    if page.problems:
+        raise ValueError(f"{PAGE_PATH}: {page.problems[0]}")
+    cut = list(page.page_only)
+    for cell in page.cells:
+        cut.append((cell.start, cell.end))
+        if cell.output is not None:  # from its opening marker's line to the end of its closing marker's
+            cut.append((text.rfind("\n", 0, cell.output.start - 1) + 1, text.find("\n", cell.output.end) + 1))
+    cells = {cell.start: cell for cell in page.cells}
+    segments, position = [], 0
+    for start, end in sorted(cut):
+        segments.append(text[position:start])
+        if start in cells:
+            segments.append(cells[start])
+        position = end
+    segments.append(text[position:])
+    return segments
+
+
+def _markdown_cells(nbformat, text: str) -> list:
+    """Markdown cells of a stretch of prose, a new one at each section (## heading)."""
+    text = notebook_markdown(text)
+    parts = re.split(r"(?=^## )", text, flags=re.MULTILINE) if text else []
+    return [nbformat.v4.new_markdown_cell(part.strip()) for part in parts if part.strip()]
+
+
+def _code_cell(nbformat, source: str, cell: Cell | None = None, role: str | None = None):
+    code = nbformat.v4.new_code_cell(source.rstrip("\n"))
+    if cell is not None:
+        walk = {key: value for key, value in (("output", cell.output and cell.output.name), ("figure", cell.figure),
+                                              ("exercise", cell.exercise), ("role", role or cell.role)) if value}
+        if walk:
+            code.metadata[KEY] = walk
+        if cell.slow:
+            code.metadata["tags"] = ["slow"]
+    return code
+
+
+def _solution(name: str) -> str:
+    from . import solutions
+
+    if not hasattr(solutions, name):
+        raise ValueError(f"tools/annotated_page/solutions.py has no {name}: write the solution of exercise {name}")
+    return inspect.getsource(getattr(solutions, name))
+
+
+def _exercise_statement(text: str, name: str) -> str:
+    """The prose of exercise `name` on the page, without its cells."""
+    page = parse(text)
+    start, end = next((start, end) for exercise, start, end in page.exercises if exercise == name)
+    return "".join(segment for segment in _segments(text[start:end]) if isinstance(segment, str))
+
+
+def build_notebook(text: str, solutions: bool = False):
+    """The notebook of the page `text` (with `solutions`: the solutions notebook), not executed."""
+    nbformat, _ = require_jupyter()
+    path = SOLUTIONS if solutions else NOTEBOOK
+    badge = f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path)})"
+    cells = [nbformat.v4.new_markdown_cell(badge), _code_cell(nbformat, install_source())]
+    segments = _segments(text)
+    if solutions:
+        page = parse(text)
+        setup = page.cells[0]
+        cells[0].source = (f"{badge}\n\n# Solutions to the exercises of *The Transformer, annotated*\n\n"
+                           f"Each exercise of [the walk]({colab_url(NOTEBOOK)}) with a solution in place of its "
+                           "stub, and its check, which now says `correct`.")
+        cells.append(_code_cell(nbformat, setup.source, setup))
+        for name in dict.fromkeys(cell.exercise for cell in page.cells if cell.exercise):
+            stub, check = (cell for cell in page.cells if cell.exercise == name)
+            cells += _markdown_cells(nbformat, _exercise_statement(text, name))
+            cells.append(_code_cell(nbformat, _solution(name), stub, role="solution"))
+            cells.append(_code_cell(nbformat, check.source, check))
+    else:
+        for segment in segments:
+            cells += (_markdown_cells(nbformat, segment) if isinstance(segment, str)
+                      else [_code_cell(nbformat, segment.source, segment)])
+    for index, cell in enumerate(cells):
+        cell.id = f"cell-{index:03d}"  # stable ids: a regenerated notebook differs only where the page does
+    return nbformat.v4.new_notebook(cells=cells, metadata={
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": KERNEL},
+        "language_info": {"name": "python"},
+        "colab": {"provenance": [], "toc_visible": True},
+    })
+
+
+def execute_notebook(notebook, skip_slow: bool = False, timeout: int = 600):
+    """A copy of `notebook` run top to bottom in a fresh kernel, in an empty folder (without the cells tagged slow,
+    with `skip_slow`); ValueError with nbclient's account (the cell, its traceback) when a cell raises."""
+    _, nbclient = require_jupyter()
+    notebook = copy.deepcopy(notebook)
+    if skip_slow:
+        notebook.cells = [cell for cell in notebook.cells if "slow" not in cell.metadata.get("tags", [])]
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            nbclient.NotebookClient(notebook, timeout=timeout, kernel_name=KERNEL, record_timing=False,
+                                    resources={"metadata": {"path": folder}}).execute()
+        except nbclient.exceptions.CellExecutionError as error:  # its text: the cell, the traceback, the error
+            raise ValueError(str(error)) from error
+    notebook.metadata["language_info"] = {"name": "python"}  # not the version of the Python that ran it
+    return notebook
+
+
+def printed(cell) -> str:
+    """What a code cell printed (its standard output)."""
+    return "".join(output.get("text", "") for output in cell.get("outputs", [])
+                   if output.get("output_type") == "stream" and output.get("name") == "stdout")
+
+
+def output_problems(notebook, text: str, solutions: bool = False) -> list[str]:
+    """Each code cell of an executed `notebook` that raised, printed other than the page's output block says, drew
+    no picture where the page shows one, or whose exercise check says other than it should (`not yet` for a stub,
+    `correct` for a solution); [] when every output is what the page says."""
+    page = parse(text)
+    expected = {block.name: text[block.start : block.end] for block in page.blocks if block.kind == "output"}
+    problems = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        walk, label = cell.metadata.get(KEY, {}), f"cell {index}"
+        errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+        if errors:
+            problems.append(f"{label} raised {errors[0].get('ename')}: {errors[0].get('evalue')}")
+            continue
+        if "output" in walk and not same_printout(expected[walk["output"]], render_block("output", walk["output"],
+                                                                                          printed(cell) or "\n")):
+            problems.append(f"{label} prints other than the page's output {walk['output']}:\n{printed(cell)}")
+        if "figure" in walk and not any("image/png" in output.get("data", {}) for output in cell.get("outputs", [])):
+            problems.append(f"{label} draws no picture, where the page shows figures/{walk['figure']}.png")
+        if walk.get("role") == "check":
+            verdict = f"{walk['exercise']}: {'correct' if solutions else 'not yet'}"
+            if not printed(cell).startswith(verdict):
+                problems.append(f"{label} should say {verdict!r}, and says {printed(cell).strip()!r}")
+    return problems
+
+
+def _comparable(notebook) -> list[tuple]:
+    return [(cell.cell_type, cell.source, cell.metadata.get(KEY), cell.metadata.get("tags")) for cell in notebook.cells]
+
+
+def source_problems(path: str | Path, text: str, solutions: bool = False) -> list[str]:
+    """How the committed notebook at `path` differs from the one the page `text` gives now: [] when it is current."""
+    nbformat, _ = require_jupyter()
+    path = Path(path)
+    if not path.is_file():
+        return [f"{path} is missing: run `python scripts/make_figures.py --page`"]
+    committed, current = _comparable(nbformat.read(path, as_version=4)), _comparable(build_notebook(text, solutions))
+    if committed == current:
+        return []
+    index = next((i for i, (a, b) in enumerate(zip(committed, current)) if a != b), min(len(committed), len(current)))
+    return [(f"{path} is stale from cell {index} on ({len(committed)} cells, the page gives {len(current)}): run "
+             "`python scripts/make_figures.py --page`")]
+
+
+def write_notebooks(text: str, folder: str | Path = NOTEBOOKS_DIR) -> list[Path]:
+    """Build both notebooks from the page `text`, run each top to bottom, check its outputs against the page
+    (ValueError naming the first that differs) and write it, outputs included, into `folder`."""
+    nbformat, _ = require_jupyter()
+    paths = []
+    for solutions, path in ((False, NOTEBOOK), (True, SOLUTIONS)):
+        executed = execute_notebook(build_notebook(text, solutions))
+        if problems := output_problems(executed, text, solutions):
+            raise ValueError(f"{path.name}: {problems[0]}")
+        for cell in executed.cells:  # warnings name the paths and versions of the machine that ran it
+            if cell.cell_type == "code":
+                cell.outputs = [output for output in cell.outputs
+                                if not (output.get("output_type") == "stream" and output.get("name") == "stderr")]
+        paths.append(Path(folder) / path.name)
+        paths[-1].parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(executed, paths[-1])
+    return paths
+
+
+__all__ = [
+    "NOTEBOOK",
+    "REPOSITORY_URL",
+    "SOLUTIONS",
+    "build_notebook",
+    "colab_url",
+    "execute_notebook",
+    "install_source",
+    "notebook_markdown",
+    "output_problems",
+    "printed",
+    "require_jupyter",
+    "source_problems",
+    "write_notebooks",
+]
