@@ -1,0 +1,82 @@
+"""Serve a model folder's page in the browser: type a sentence, see its translation and where each word looked
+(encoder-decoder, encoder and decoder self-attention, layer by layer, head by head or their average).
+
+    python scripts/demo.py                                   # the main job's model, outputs/copy-tiny
+    python scripts/demo.py outputs/multi30k-de-en-cpu-avg5 --port 7860
+    python scripts/demo.py MODEL --time "Ein Hund läuft über die Wiese."   # seconds per sentence; no page
+
+The page is at http://127.0.0.1:7860 (the next free port when 7860 is taken), on this computer only unless --host
+0.0.0.0. Example sentences come from the model's card and the validation data it names. Needs the demo extra:
+pip install -e ".[demo]". A Space that serves the same page: scripts/push_to_hub.py MODEL NAME --space.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import transformers
+
+from modeling.common.command_line import OneLineErrorParser, check_utf8_arguments, positive_int
+from modeling.inference.demo import DEFAULT_HOST, TranslationDemo, require_gradio, serve, time_translation
+from modeling.inference.example_sentences import example_sentences
+from modeling.inference.translation import check_model_folder
+
+MAIN_JOB_MODEL = Path("outputs/copy-tiny")  # configs/copy_tiny.yaml's output_dir
+
+
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(prog="demo.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", nargs="?", default=None,
+                        help=f"a model folder written by train.py or average_checkpoints.py (default: {MAIN_JOB_MODEL},"
+                        " the main job's)")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to serve on (default {DEFAULT_HOST}: this computer only)")
+    parser.add_argument("--port", type=positive_int, default=None,
+                        help="port to serve on (default: 7860, or the next free one)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--examples", type=int, default=5, help="how many example sentences to offer (default 5)")
+    parser.add_argument("--time", metavar="SENTENCE", default=None,
+                        help="instead of serving: time one press of Translate for SENTENCE (the translation, its "
+                        "attention and the heatmap) and print the seconds as JSON")
+    parser.add_argument("--repeats", type=positive_int, default=20, help="timed runs with --time (default 20)")
+    return parser
+
+
+def model_folder(model: str | None) -> Path:
+    """The folder to serve: `model`, or the main job's when it is None; ValueError when that one is not there."""
+    if model is not None:
+        return Path(model)
+    if not MAIN_JOB_MODEL.exists():
+        raise ValueError(f"no model given and {MAIN_JOB_MODEL} does not exist: run the main job first "
+                         "(accelerate launch scripts/train.py), or give a model folder")
+    return MAIN_JOB_MODEL
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # everything that can be checked is checked before the model loads
+        if args.examples < 0:
+            raise ValueError(f"--examples must be >= 0, got {args.examples}")
+        if args.time is not None:
+            check_utf8_arguments([args.time], "--time")
+        folder = model_folder(args.model)
+        check_model_folder(folder)
+        if args.time is None:
+            require_gradio()
+        transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
+        if args.time is not None:
+            demo = TranslationDemo(folder, device=args.device)
+            print(json.dumps({"model": str(folder), **time_translation(demo, args.time, repeats=args.repeats)},
+                             ensure_ascii=False))
+            return
+        examples = example_sentences(folder, args.examples) if args.examples else []
+        serve(folder, host=args.host, port=args.port, examples=examples, device=args.device)
+    # ImportError: gradio is not installed; OSError: also weights that changed on disk (CorruptWeightsError)
+    except (ImportError, OSError, ValueError) as error:
+        parser.error(str(error).splitlines()[0] if str(error) else repr(error))
+
+
+if __name__ == "__main__":
+    main()
