@@ -22,7 +22,7 @@ from transformers.initialization import no_init_weights
 from modeling.benchmarking import generation_speed, measure, profiling, run, training_speed
 from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
 from modeling.benchmarking.generation_speed import generated_tokens
-from modeling.benchmarking.lengths import batch_lengths, synthetic_lengths, training_batch
+from modeling.benchmarking.lengths import batch_lengths, packed_batch_lengths, synthetic_lengths, training_batch
 from modeling.benchmarking.models import (
     SIZES,
     benchmark_config,
@@ -829,3 +829,89 @@ def test_the_compile_section_sets_each_model_eager_and_compiled_side_by_side(tmp
     assert rows["compile seconds (first epoch)"]["ours eager"] is None
     table = format_table(results)
     assert "ours compiled / marian eager" in table and "label_smoothing_0.1: steady target tokens/s" in table
+
+
+# ---- packed batches (--packing) -------------------------------------------------------------------------------------
+
+
+def test_a_packed_run_trains_ours_on_grids_of_one_shape_beside_both_models_on_padded_batches(tmp_path, monkeypatch):
+    """--packing: ours a third time, on packed batches of the same token budget, against Marian on its padded
+    batches; every packed step has the grid's one shape, and its FLOPs count the grid while its pairs' own FLOPs
+    count each pair alone."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0.1", "--packing", "--steps", "3")
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    results = json.loads(write_results(run_benchmark(settings, train_script=None, log=lambda message: None),
+                                       settings.output).read_text())
+    assert "errors" not in results
+    train = results["train"]["tiny"]["label_smoothing_0.1"]
+    packed, padded = train["packed"], train["workload"]
+    work, grid = packed["workload"], packed["workload"]["packed_grid"]
+    steps, expected_grid = packed_batch_lengths(synthetic_lengths(), 256, 3, 0, None)
+    assert grid == expected_grid and grid["rows"] * grid["row_length"] <= 256
+    assert work["padded_shapes"] == [[grid["rows"], grid["row_length"], grid["row_length"]]] * 3
+    assert work["unseen_shape_steps"] == [0] and work["steps"] == 3
+    assert work["target_tokens"] == sum(sum(target) for _, target in steps)
+    assert work["target_padding_fraction"] == pytest.approx(1 - work["target_tokens"] / work["padded_target_tokens"])
+    assert 0 <= padded["target_padding_fraction"] < 1 and packed["attention_implementation"] == "sdpa"
+    for phase in ("first_epoch", "steady"):
+        ours, marian = packed[phase]["ours"], packed[phase]["marian"]
+        assert marian == train[phase]["marian"]  # Marian on its padded batches, the very same figures
+        assert ours["target_tokens_per_s"] > 0 and packed[phase]["ratio"]["target_tokens_per_s"] == pytest.approx(
+            ours["target_tokens_per_s"] / marian["target_tokens_per_s"])
+        # the grid's FLOPs: the pairs' own plus the masked attention across each row and the padding
+        assert 0 < ours["pair_flops_per_s"] < ours["flops_per_s"]
+    assert packed["first_epoch"]["ours"]["run_target_tokens"] > 0
+    table = format_table(results)
+    shape = f"{grid['rows']} x {grid['row_length']}"
+    assert re.search(rf"packed +tiny +{shape} grids \(sdpa\), 3 steps: padding share", table)
+    assert "steady: the pairs' own FLOP/s (% of peak)" in table
+
+
+def test_the_pairs_own_flops_are_each_pair_alone():
+    ours, _ = tiny_twins()
+    cpu = torch.device("cpu")
+    loss_of = loss_function("ours", ours.train(), 0.0)
+    flops = TrainingFlops.fit(loss_of, ours, cpu, "fp32", VOCAB)
+    alone = [measure.count_flops(lambda: forward_backward(loss_of, training_batch([s], [t], VOCAB, seed=0), cpu,
+                                                          "fp32")) for s, t in ((9, 6), (5, 3), (7, 4))]
+    assert flops.of_pairs([9, 5, 7], [6, 3, 4]) == sum(alone) < flops(padded_pairs())
+
+
+def test_a_projected_run_is_the_first_epoch_then_the_steady_rate():
+    assert training_speed.run_target_tokens(1000, [10.0, 30.0, 20.0], 100.0) == 1000 + 100 * (900 - 20)
+    assert training_speed.run_target_tokens(1000, [1800.0], 100.0) == 500  # a first epoch longer than the run
+
+
+def test_the_compile_section_sets_ours_packed_beside_and_compiles_only_the_runs_named():
+    def result(scale, packed=True):
+        figures = {"target_tokens_per_s": scale, "run_target_tokens": 10 * scale, "pair_peak_fraction": 0.1}
+        both = {"ours": figures, "marian": {**figures, "target_tokens_per_s": 2.0}, "ratio": {}}
+        return {"steady": both, "first_epoch": both, "workload": {"target_padding_fraction": 0.2},
+                **({"packed": {"steady": {"ours": {**figures, "target_tokens_per_s": 3 * scale}, "marian": None},
+                               "first_epoch": both, "workload": {"target_padding_fraction": 0.05}}}
+                   if packed else {})}
+
+    rows = training_speed.side_by_side({"eager": result(1.0), "compiled": result(4.0)})
+    steady = rows["steady target tokens/s"]
+    assert steady["ours packed eager"] == 3.0 and steady["ours packed compiled"] == 12.0
+    assert steady["ratio to marian eager"]["ours packed compiled"] == 6.0
+    assert rows["padding share of the target tokens"]["ours packed compiled"] == 0.05
+    assert rows["padding share of the target tokens"]["marian eager"] == 0.2
+    assert "ours packed eager" not in training_speed.side_by_side(
+        {"eager": result(1.0, packed=False), "compiled": result(4.0, packed=False)})["steady target tokens/s"]
+
+
+def test_packing_settings_and_their_errors():
+    def parse(*argv):
+        return settings_from_arguments(build_parser().parse_args(["--device", "cpu", *argv]))
+
+    default = parse()
+    assert (default.packing, default.packed_attention, default.compiled_runs) == (False, "sdpa", None)
+    assert parse("--packing", "--compiled_runs", "marian", "packed").compiled_runs == ["marian", "packed"]
+    with pytest.raises(ValueError, match=r"--compiled_runs ours padded: choose one or more of \['ours', 'marian'"):
+        parse("--compiled_runs", "ours", "padded")
+    with pytest.raises(ValueError, match="--compiled_runs packed needs --packing"):
+        parse("--compiled_runs", "packed")
+    with pytest.raises(ValueError, match="--packed_attention flex_attention trains on CUDA only"):
+        parse("--packing", "--packed_attention", "flex_attention")

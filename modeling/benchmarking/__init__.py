@@ -3,7 +3,8 @@
 Sections (each module's doc says how its figures are measured):
 - `models`: the two models, built identical (dimensions, post-norm, tied embeddings, dropout, weights);
 - `training_speed`: target tokens/s, FLOP/s and its fraction of the measured matmul peak, peak memory, for the
-  first epoch (unseen batch shapes, fresh processes) and the steady state; ratios ours/Marian;
+  first epoch (unseen batch shapes, fresh processes) and the steady state; ratios ours/Marian; with `--packing`
+  ours on packed batches too;
 - `generation_speed`: generated tokens/s, greedy and beam search, with the KV cache; ratios ours/Marian;
 - `data_speed`: text files to token-budget batches (time, peak RSS) and launch to the first training step;
 - `measure`: clocks, FLOP counting, memory, fresh processes; `settings`: every option; `report`: table and JSON.

@@ -7,7 +7,8 @@ Lengths come from Multi30k when its folder exists: the training split, tokenized
 Only the lengths are real: the token ids are drawn at random (>= 4, below the special tokens' ids never), with `</s>`
 last and padding as `DataCollatorForSeq2Seq` pads (source with <pad> and attention mask 0, labels with -100), and the
 decoder inputs it adds (the labels shifted right). Speed does not depend on which ids a batch holds, and both models
-get the very same tensors.
+get the very same tensors. Packed batches (`--packing`) are the pairs of `PackedBatchSampler`'s batches laid out by
+`DataCollatorForPackedSeq2Seq`, as training lays them out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from ..data.batching import TokenBudgetBatchSampler, pad_length, token_lengths
 from ..data.corpus import load_parallel_corpus, prepare_pairs
+from ..data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
 from ..modeling_annotated_transformer import shift_tokens_right
 from ..tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
 
@@ -82,6 +84,19 @@ def batch_lengths(
     return batches
 
 
+def packed_batch_lengths(
+    lengths: PairLengths, max_tokens: int, steps: int, seed: int, pad_to_multiple_of: int | None
+) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
+    """The first `steps` packed batches of epoch 0 (`PackedBatchSampler`, its rows of the longest pair's length
+    rounded up to `pad_to_multiple_of`, 8 without it), as (source lengths, target lengths) per batch in the order the
+    collator lays them out, and the grid: {"rows": ..., "row_length": ...}."""
+    sampler = PackedBatchSampler(lengths.source, lengths.target, max_tokens, seed=seed,
+                                 pad_to_multiple_of=pad_to_multiple_of)
+    batches = [(lengths.source[indices].tolist(), lengths.target[indices].tolist())
+               for _, indices in zip(range(steps), sampler)]
+    return batches, {"rows": sampler.rows, "row_length": sampler.row_length}
+
+
 def source_lengths_sample(lengths: PairLengths, count: int, seed: int) -> list[int]:
     """`count` source lengths drawn without replacement (with, when there are fewer pairs)."""
     rng = np.random.default_rng([seed, 31])
@@ -118,3 +133,20 @@ def training_batch(
     batch["labels"], _ = _padded_ids(target_lengths, vocab_size, generator, pad_to_multiple_of, -100)
     batch["decoder_input_ids"] = shift_tokens_right(batch["labels"], PAD_TOKEN_ID, BOS_TOKEN_ID)
     return batch
+
+
+def packed_training_batch(
+    source_lengths: list[int], target_lengths: list[int], grid: dict[str, int], vocab_size: int, seed: int
+) -> dict[str, torch.Tensor]:
+    """Pairs of the given lengths (random ids, `</s>` last) laid out in a packed grid by the training collator:
+    `input_ids`, `labels`, `decoder_input_ids`, each token's pair and its position within it (see
+    `modeling.data.packing`)."""
+    generator = torch.Generator().manual_seed(seed)
+    features = [
+        {"input_ids": torch.randint(FIRST_ORDINARY_ID, vocab_size, (source - 1,), generator=generator).tolist()
+         + [EOS_TOKEN_ID],
+         "labels": torch.randint(FIRST_ORDINARY_ID, vocab_size, (target - 1,), generator=generator).tolist()
+         + [EOS_TOKEN_ID]}
+        for source, target in zip(source_lengths, target_lengths)
+    ]
+    return DataCollatorForPackedSeq2Seq(grid["rows"], grid["row_length"], PAD_TOKEN_ID, BOS_TOKEN_ID)(features)

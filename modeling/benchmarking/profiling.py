@@ -120,19 +120,22 @@ def profile_pass(run: Callable[[], None], device: torch.device) -> dict:
     return {"seconds": seconds, "profiled_seconds": sum(kinds.values()), "kinds": kinds, "top": top}
 
 
-def profiled_in_turn(run: Callable[[str], object], unprofiled_seconds: dict[str, list[float]], device) -> dict:
+def profiled_in_turn(run: Callable[[str], object], unprofiled_seconds: dict[str, list[float]], device,
+                     others: tuple[str, ...] = ()) -> dict:
     """One profiled `run(name)` per model (`profile_pass`), compared; on a GPU each with `busy_fraction`, its
-    kernels' time over the median of `unprofiled_seconds[name]`. A profiler that fails is recorded as
-    {"error": ...}: the figures measured before it are kept."""
+    kernels' time over the median of `unprofiled_seconds[name]`. `others` (such as ours on packed batches) are
+    profiled after the models, their figures beside the comparison under their names. A profiler that fails is
+    recorded as {"error": ...}: the figures measured before it are kept."""
     try:
         start_profiler(device)
-        profiled = {name: profile_pass(functools.partial(run, name), device) for name in MODEL_NAMES}
+        profiled = {name: profile_pass(functools.partial(run, name), device) for name in (*MODEL_NAMES, *others)}
     except Exception as error:  # noqa: BLE001 - recorded in the results
         return {"error": f"{type(error).__name__}: {error}"}
     if device.type == "cuda":
         for name, figures in profiled.items():
             figures["busy_fraction"] = figures["profiled_seconds"] / statistics.median(unprofiled_seconds[name])
-    return comparison(profiled)
+    return {**comparison({name: profiled[name] for name in MODEL_NAMES}),
+            **{name: profiled[name] for name in others}}
 
 
 def start_profiler(device: torch.device) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..common.command_line import check_output_file
+from ..packed_batches import PACKED_ATTENTION
 from .lengths import FIRST_ORDINARY_ID
 from .measure import DTYPES
 from .models import SIZES
@@ -24,6 +25,8 @@ CACHES = ("dynamic", "static")  # generate()'s cache: a static one lets it compi
 # SDPA's kernels by the names --sdpa_backends takes, each with its switch in torch (torch.backends.cuda's
 # enable_<switch>_sdp, which the CPU's SDPA obeys too)
 SDPA_BACKENDS = {"math": "math", "flash": "flash", "efficient": "mem_efficient", "cudnn": "cudnn"}
+# The training runs by the names --compiled_runs takes: the two models on padded batches, ours on packed ones
+TRAINING_RUNS = ("ours", "marian", "packed")
 DEFAULT_DATA_DIR = "data/multi30k"  # from the project root, where docs/data.md puts Multi30k
 WMT14_PAIRS = 4_500_000
 DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
@@ -33,7 +36,7 @@ DEFAULTS = dict(
     sections=list(DEFAULT_SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
     max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
     vocab_size=8000, max_length=128, seed=0, compile=False, compile_backend="inductor", compile_regions=False,
-    profile=False, sdpa_backends=None,
+    profile=False, sdpa_backends=None, packing=False, packed_attention="sdpa", compiled_runs=None,
 )
 DEVICE_DEFAULTS = {
     "cpu": dict(
@@ -78,6 +81,9 @@ class BenchmarkSettings:
     compile_regions: bool
     profile: bool
     sdpa_backends: list[str] | None
+    packing: bool
+    packed_attention: str
+    compiled_runs: list[str] | None
     quick: bool
     output: str
 
@@ -97,6 +103,18 @@ class BenchmarkSettings:
             raise ValueError(f"--device {self.device!r}: choose one of {list(DEVICES)}.")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda, but torch sees no CUDA GPU; use --device cpu.")
+        if self.packed_attention not in PACKED_ATTENTION:
+            raise ValueError(f"--packed_attention {self.packed_attention!r}: choose one of {list(PACKED_ATTENTION)}.")
+        if self.compiled_runs is not None:
+            unknown = [item for item in self.compiled_runs if item not in TRAINING_RUNS]
+            if unknown or not self.compiled_runs:
+                raise ValueError(f"--compiled_runs {_shown(self.compiled_runs)}: choose one or more of "
+                                 f"{list(TRAINING_RUNS)}.")
+            if "packed" in self.compiled_runs and not self.packing:
+                raise ValueError("--compiled_runs packed needs --packing (ours on packed batches).")
+        if self.packing and self.packed_attention == "flex_attention" and self.device == "cpu":
+            raise ValueError("--packed_attention flex_attention trains on CUDA only (FlexAttention has no backward on "
+                             "a CPU); on a CPU use sdpa or eager.")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype {self.dtype!r}: choose one of {list(DTYPES)}.")
         positive = ("max_tokens", "steps", "repetitions", "fresh_runs", "max_new_tokens", "data_pairs", "vocab_size",
@@ -224,6 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
              "switches; on a GPU flash takes no padding mask: a training step falls back to another or fails where "
              "it is alone; cuDNN's build a plan for each new shape). The training section records the kernel SDPA "
              "chose for each attention call (default: torch's own settings).")
+    add("--packing", action="store_true", default=None,
+        help="The training and compile sections also train ours on packed batches: whole pairs end to end in rows "
+             "of one fixed grid per side under the same --max_tokens (modeling/data/packing.py), set against Marian "
+             "on its padded batches (off).")
+    add("--packed_attention", choices=list(PACKED_ATTENTION),
+        help="Ours' attention on packed batches: dense masks through sdpa or eager, or flex_attention's block masks "
+             "(CUDA only) (sdpa).")
+    add("--compiled_runs", nargs="+", metavar="RUN",
+        help=f"The runs the compile section compiles: {' '.join(TRAINING_RUNS)} (packed: ours on packed batches, "
+             "with --packing); the others are measured eager only, for less compiling (every run).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

@@ -24,14 +24,25 @@ data loading is not in these timings (the data section times it).
   the graphs it compiled: compiling each model a second time here would double the compile time for the same figures.
 - profile (`--profile`): then one more pass per model under `torch.profiler` (see `profiling`).
 
+- packed (`--packing`): ours once more, as a third run beside the two in every phase, on packed batches of one
+  fixed shape (`modeling.data.packing`: the first `steps` batches of epoch 0 of `PackedBatchSampler` under the same
+  token budget, with the attention implementation `--packed_attention`); its figures are set against Marian on its
+  padded batches (`packed` in the results). Its warm-up batch is a grid of the same shape: a packed run compiles its
+  one graph there.
+
 Figures are medians over runs, and `_best` the fastest run (on a busy machine the least disturbed one): target
 tokens/s counts real target tokens (labels that are not padding), FLOP/s is the steps' FLOPs (`TrainingFlops`) over
-the same time, and peak_fraction divides it by the measured matmul peak.
+the same time, and peak_fraction divides it by the measured matmul peak. FLOP/s counts what the model computed,
+padding and masked attention included; pair_flops_per_s (and pair_peak_fraction) counts the FLOPs of the same pairs
+each alone, without padding: the work any way of batching must do, so it compares padded and packed batches.
+A run's target tokens in `RUN_SECONDS` (a recipe's 15 minutes) are projected from its first epoch as measured,
+compiling included, then its steady rate.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import statistics
 from collections.abc import Callable
@@ -44,7 +55,7 @@ import torch._inductor.config
 from transformers.trainer_pt_utils import LabelSmoother
 
 from . import measure
-from .lengths import PairLengths, batch_lengths, training_batch
+from .lengths import PairLengths, batch_lengths, packed_batch_lengths, packed_training_batch, training_batch
 from .measure import MemoryWatch, autocast, count_flops, interleaved, sdpa_kernels, timed
 from .models import MODEL_NAMES, benchmark_config, build_model, build_models, trainable_parameters
 from .profiling import profiled_in_turn
@@ -54,6 +65,13 @@ from .settings import BenchmarkSettings, configure_torch
 # (source, target) lengths of the one-pair batches whose FLOPs fix `TrainingFlops`' coefficients (more than 5 points,
 # so an exact fit is a check that the FLOPs really are this polynomial).
 _FLOP_FIT_SHAPES = ((2, 3), (3, 2), (4, 4), (5, 3), (3, 6), (6, 5), (7, 2), (4, 7))
+PACKED = "ours packed"  # ours on packed batches (--packing), a run beside the two models
+RUN_SECONDS = 900  # a recipe's time limit (15 minutes): the run length whose target tokens are projected
+
+
+def model_of(run: str) -> str:
+    """The model a run trains: "ours" for ours on packed batches."""
+    return "ours" if run == PACKED else run
 
 
 def make_optimizer(model) -> torch.optim.AdamW:
@@ -180,14 +198,28 @@ class TrainingFlops:
         target = batch["labels"].shape[1]
         return round(pairs * float(np.dot(self.coefficients, self._monomials(source, target))))
 
+    def of_pairs(self, source_lengths: list[int], target_lengths: list[int]) -> int:
+        """The FLOPs of the pairs each alone, without padding: what any batching of them computes at least."""
+        return round(sum(float(np.dot(self.coefficients, self._monomials(source, target)))
+                         for source, target in zip(source_lengths, target_lengths)))
 
-def _device_batches(pair_lengths, settings: BenchmarkSettings, device: torch.device) -> list[dict]:
-    return [
-        {key: value.to(device) for key, value in training_batch(
-            source, target, settings.vocab_size, settings.seed + index, settings.pad_to_multiple_of
-        ).items()}
-        for index, (source, target) in enumerate(pair_lengths)
-    ]
+
+def _device_batches(pair_lengths, settings: BenchmarkSettings, device: torch.device, grid: dict | None = None):
+    """The batches of the given pairs' lengths on the device: padded, or with a `grid` packed."""
+    def batch(index, source, target):
+        if grid is not None:
+            return packed_training_batch(source, target, grid, settings.vocab_size, settings.seed + index)
+        return training_batch(source, target, settings.vocab_size, settings.seed + index, settings.pad_to_multiple_of)
+
+    return [{key: value.to(device) for key, value in batch(index, source, target).items()}
+            for index, (source, target) in enumerate(pair_lengths)]
+
+
+def run_model(run: str, model, settings: BenchmarkSettings):
+    """The model as `run` trains it: ours on packed batches with the attention implementation --packed_attention."""
+    if run == PACKED:
+        model.set_attn_implementation(settings.packed_attention)
+    return training_model(model)
 
 
 def fresh_training_run(spec: dict) -> dict:
@@ -196,16 +228,18 @@ def fresh_training_run(spec: dict) -> dict:
     configure_torch(settings)
     device = torch.device(settings.device)
     config = benchmark_config(spec["size"], settings.vocab_size, spec["label_smoothing"])
-    model = training_model(build_model(spec["model"], config, settings.seed).to(device))
-    loss_of = loss_function(spec["model"], stepped(model, settings), spec["label_smoothing"])
+    grid = spec.get("grid")
+    model = run_model(spec["run"], build_model(model_of(spec["run"]), config, settings.seed).to(device), settings)
+    loss_of = loss_function(model_of(spec["run"]), stepped(model, settings), spec["label_smoothing"])
     optimizer = make_optimizer(model)
-    batches = _device_batches(spec["batch_lengths"], settings, device)
+    batches = _device_batches(spec["batch_lengths"], settings, device, grid)
     memory = MemoryWatch(device)
     memory.start()
     with compiling(settings):
         # One step on a one-pair batch, a shape no measured batch has: it starts what every run starts once (thread
-        # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes.
-        warm_up = _device_batches([([2], [2])], settings, device)[0]
+        # pools, CUDA context and libraries, optimizer state), so the timed steps measure unseen shapes. Packed,
+        # it is a grid of the one shape every packed batch has.
+        warm_up = _device_batches([([2], [2])], settings, device, grid)[0]
         # The warm-up compiles a run's first graph (a real run, on its first batch), counted apart from the timed
         # steps' graphs
         before_warm_up = compile_seconds()
@@ -222,7 +256,7 @@ def fresh_training_run(spec: dict) -> dict:
     peak, training = memory.read()
     # After the timed steps, so that they meet each shape first: SDPA's kernel for each attention call of a training
     # forward on the first batch, eager (a compiled graph runs the kernels chosen when it was traced)
-    first = loss_function(spec["model"], model, spec["label_smoothing"])
+    first = loss_function(model_of(spec["run"]), model, spec["label_smoothing"])
     with autocast(device, settings.dtype):
         kernels = sdpa_kernels(lambda: first(batches[0]))
     return {"seconds": sum(step_seconds), "step_seconds": step_seconds, "peak_memory_bytes": peak,
@@ -242,110 +276,172 @@ def steps_by_shape(step_seconds: list[list[float]], unseen: list[bool]) -> dict:
 
 
 def benchmark_training_loss(
-    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
+    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float,
+    skipped: tuple[str, ...] = (),
 ) -> dict:
+    """The figures of one loss for every run but those `skipped` (their figures are None; the compile section's
+    --compiled_runs)."""
     device = torch.device(settings.device)
     config = benchmark_config(size, settings.vocab_size, label_smoothing)
-    steps = batch_lengths(lengths, settings.max_tokens, settings.steps, settings.seed, settings.pad_to_multiple_of)
-    target_tokens = sum(sum(target) for _, target in steps)
+    padded = batch_lengths(lengths, settings.max_tokens, settings.steps, settings.seed, settings.pad_to_multiple_of)
+    steps = dict.fromkeys(MODEL_NAMES, padded)  # each run's batches, as (source lengths, target lengths)
+    grids = dict.fromkeys(MODEL_NAMES)
+    if settings.packing:
+        steps[PACKED], grids[PACKED] = packed_batch_lengths(lengths, settings.max_tokens, settings.steps,
+                                                            settings.seed, settings.pad_to_multiple_of)
+    runs = tuple(steps)
+    measured = tuple(run for run in runs if run not in skipped)
+    target_tokens = {run: sum(sum(target) for _, target in steps[run]) for run in runs}
 
     # Compiled, the fresh processes measure the steady passes too: compiling a model once more in this process would
     # double the compile time (on an H200 more than 100 s per model at base), for the same figures.
     steady_when_fresh = settings.compile and settings.fresh_runs > 0 and not settings.profile
-    first_runs = {name: [] for name in MODEL_NAMES}
-    for run in range(settings.fresh_runs):
-        for name in interleaved(MODEL_NAMES, run):
-            spec = {"model": name, "size": size, "settings": settings.to_dict(), "batch_lengths": steps,
-                    "label_smoothing": label_smoothing,
+    first_runs = {run: [] for run in measured}
+    for repetition in range(settings.fresh_runs):
+        for run in interleaved(measured, repetition):
+            spec = {"run": run, "size": size, "settings": settings.to_dict(), "batch_lengths": steps[run],
+                    "grid": grids[run], "label_smoothing": label_smoothing,
                     "steady_passes": settings.repetitions if steady_when_fresh else 0}
-            first_runs[name].append(measure.run_in_fresh_process(fresh_training_run, spec))
+            first_runs[run].append(measure.run_in_fresh_process(fresh_training_run, spec))
 
-    models = {name: training_model(model.to(device)) for name, model in build_models(config, settings.seed).items()}
-    losses = {name: loss_function(name, model, label_smoothing) for name, model in models.items()}
-    batches = _device_batches(steps, settings, device)
-    flops = {
-        name: sum(map(TrainingFlops.fit(losses[name], model, device, settings.dtype, settings.vocab_size), batches))
-        for name, model in models.items()
-    }
-    optimizers = {name: make_optimizer(model) for name, model in models.items()}
+    models = build_models(config, settings.seed)
+    if settings.packing:  # ours again, the same weights, with the packed attention implementation
+        models[PACKED] = copy.deepcopy(models["ours"])
+    models = {run: run_model(run, model.to(device), settings) for run, model in models.items()}
+    losses = {run: loss_function(model_of(run), model, label_smoothing) for run, model in models.items()}
+    batches = {run: _device_batches(steps[run], settings, device, grids[run]) for run in runs}
+    fits = {name: TrainingFlops.fit(losses[name], models[name], device, settings.dtype, settings.vocab_size)
+            for name in MODEL_NAMES}
+    flops = {run: sum(map(fits[model_of(run)], batches[run])) for run in runs}
+    pair_flops = {run: fits[model_of(run)].of_pairs([s for source, _ in steps[run] for s in source],
+                                                    [t for _, target in steps[run] for t in target])
+                  for run in runs}
+    optimizers = {run: make_optimizer(model) for run, model in models.items()}
     if settings.compile and not steady_when_fresh:  # after the FLOP count, which reads the dispatched operations
-        losses = {name: loss_function(name, stepped(model, settings), label_smoothing)
-                  for name, model in models.items()}
+        losses = {run: loss_function(model_of(run), stepped(model, settings), label_smoothing)
+                  for run, model in models.items()}
 
-    def run_all(name):
-        for batch in batches:
-            training_step(losses[name], optimizers[name], batch, device, settings.dtype)
+    def run_all(run):
+        for batch in batches[run]:
+            training_step(losses[run], optimizers[run], batch, device, settings.dtype)
 
-    steady_seconds = {name: [seconds for run in first_runs[name] for seconds in run["steady_seconds"]]
-                      for name in MODEL_NAMES}
+    steady_seconds = {run: [seconds for first in first_runs[run] for seconds in first["steady_seconds"]]
+                      for run in measured}
     profiled = None
     if not steady_when_fresh:
         with compiling(settings):
-            for name in MODEL_NAMES:  # the untimed pass: afterwards every shape has been seen
-                run_all(name)
+            for run in measured:  # the untimed pass: afterwards every shape has been seen
+                run_all(run)
             for repetition in range(settings.repetitions):
-                for name in interleaved(MODEL_NAMES, repetition):
-                    steady_seconds[name].append(timed(lambda: run_all(name), device)[0])
-            profiled = profiled_in_turn(run_all, steady_seconds, device) if settings.profile else None
+                for run in interleaved(measured, repetition):
+                    steady_seconds[run].append(timed(lambda: run_all(run), device)[0])
+            if settings.profile and not skipped:
+                profiled = profiled_in_turn(run_all, steady_seconds, device, others=runs[len(MODEL_NAMES):])
 
-    def rates(name, seconds):
-        tokens_per_s = statistics.median(target_tokens / s for s in seconds)
-        flops_per_s = tokens_per_s * flops[name] / target_tokens
-        return {"target_tokens_per_s": tokens_per_s, "target_tokens_per_s_best": target_tokens / min(seconds),
-                "flops_per_s": flops_per_s, "peak_fraction": flops_per_s / peak_flops_per_s, "seconds": list(seconds)}
+    def rates(run, seconds):
+        tokens_per_s = statistics.median(target_tokens[run] / s for s in seconds)
+        flops_per_s = tokens_per_s * flops[run] / target_tokens[run]
+        pair_flops_per_s = tokens_per_s * pair_flops[run] / target_tokens[run]
+        return {"target_tokens_per_s": tokens_per_s, "target_tokens_per_s_best": target_tokens[run] / min(seconds),
+                "flops_per_s": flops_per_s, "peak_fraction": flops_per_s / peak_flops_per_s,
+                "pair_flops_per_s": pair_flops_per_s, "pair_peak_fraction": pair_flops_per_s / peak_flops_per_s,
+                "seconds": list(seconds)}
 
-    shapes = [(*batch["input_ids"].shape, batch["labels"].shape[1]) for batch in batches]  # (pairs, source, target)
-    unseen = [shape not in shapes[:step] for step, shape in enumerate(shapes)]
+    shapes = {run: [(*batch["input_ids"].shape, batch["labels"].shape[1]) for batch in batches[run]]
+              for run in runs}  # (pairs or rows, source, target)
+    unseen = {run: [shape not in shapes[run][:step] for step, shape in enumerate(shapes[run])] for run in runs}
+    steady = {run: rates(run, seconds) for run, seconds in steady_seconds.items()}
     first_epoch = {}
-    for name, runs in first_runs.items():
-        step_seconds = [run["step_seconds"] for run in runs]
-        first_epoch[name] = {**rates(name, [run["seconds"] for run in runs]),
-                             **({"compile_seconds": statistics.median(run["compile_seconds"] for run in runs),
-                                 "warm_up_compile_seconds": statistics.median(run["warm_up_compile_seconds"]
-                                                                              for run in runs),
-                                 "after_compiling": rates(name, [run["seconds"] - run["compile_seconds"]
-                                                                 for run in runs])}
-                                if settings.compile else {}),
-                             "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
-                             "training_memory_bytes": max(run["training_memory_bytes"] for run in runs),
-                             "step_seconds": step_seconds, **steps_by_shape(step_seconds, unseen),
-                             "sdpa_kernels": runs[0]["sdpa_kernels"]}
+    for run, fresh in first_runs.items():
+        step_seconds = [first["step_seconds"] for first in fresh]
+        first_epoch[run] = {**rates(run, [first["seconds"] for first in fresh]),
+                            **({"compile_seconds": statistics.median(first["compile_seconds"] for first in fresh),
+                                "warm_up_compile_seconds": statistics.median(first["warm_up_compile_seconds"]
+                                                                             for first in fresh),
+                                "after_compiling": rates(run, [first["seconds"] - first["compile_seconds"]
+                                                               for first in fresh])}
+                               if settings.compile else {}),
+                            "run_target_tokens": run_target_tokens(
+                                target_tokens[run], [first["seconds"] + first["warm_up_compile_seconds"]
+                                                     for first in fresh], steady[run]["target_tokens_per_s"]),
+                            "peak_memory_bytes": max(first["peak_memory_bytes"] for first in fresh),
+                            "training_memory_bytes": max(first["training_memory_bytes"] for first in fresh),
+                            "step_seconds": step_seconds, **steps_by_shape(step_seconds, unseen[run]),
+                            "sdpa_kernels": fresh[0]["sdpa_kernels"]}
+
+    def workload(run):
+        padded_source = sum(pairs * source for pairs, source, _ in shapes[run])
+        padded_target = sum(pairs * target for pairs, _, target in shapes[run])
+        source_tokens = sum(sum(source) for source, _ in steps[run])
+        return {
+            "steps": len(steps[run]),
+            "pairs": sum(len(source) for source, _ in steps[run]),
+            "source_tokens": source_tokens,
+            "target_tokens": target_tokens[run],
+            "padded_source_tokens": padded_source,
+            "padded_target_tokens": padded_target,
+            "source_padding_fraction": 1 - source_tokens / padded_source if padded_source else 0.0,
+            "target_padding_fraction": 1 - target_tokens[run] / padded_target if padded_target else 0.0,
+            "padded_shapes": [list(shape) for shape in shapes[run]],
+            "unseen_shape_steps": [step for step, new in enumerate(unseen[run]) if new],
+            **({"packed_grid": grids[run]} if grids[run] else {}),
+        }
+
+    def against_marian(run, figures):
+        if run not in figures or "marian" not in figures:  # skipped
+            return {"ours": figures.get(run), "marian": figures.get("marian"), "ratio": {}}
+        return comparison({"ours": figures[run], "marian": figures["marian"]})
+
+    packed_profile = profiled.pop(PACKED, None) if isinstance(profiled, dict) else None
     return {
         "label_smoothing": label_smoothing,
         "marian_loss": "MarianMTModel's cross-entropy" if label_smoothing == 0 else "transformers' LabelSmoother",
-        "workload": {
-            "steps": len(steps),
-            "pairs": sum(len(source) for source, _ in steps),
-            "source_tokens": sum(sum(source) for source, _ in steps),
-            "target_tokens": target_tokens,
-            "padded_source_tokens": sum(pairs * source for pairs, source, _ in shapes),
-            "padded_target_tokens": sum(pairs * target for pairs, _, target in shapes),
-            "padded_shapes": [list(shape) for shape in shapes],
-            "unseen_shape_steps": [step for step, new in enumerate(unseen) if new],
-        },
+        "workload": workload("ours"),
         "model": comparison({
-            name: {"trainable_parameters": model.num_parameters(only_trainable=True),
-                   "flops_per_step": flops[name] / len(steps),
-                   "attention_implementation": model.config._attn_implementation}
-            for name, model in models.items()
+            name: {"trainable_parameters": models[name].num_parameters(only_trainable=True),
+                   "flops_per_step": flops[name] / len(steps[name]),
+                   "attention_implementation": models[name].config._attn_implementation}
+            for name in MODEL_NAMES
         }),
-        "first_epoch": comparison(first_epoch),
-        "steady": comparison({name: rates(name, seconds) for name, seconds in steady_seconds.items()}),
+        "first_epoch": against_marian("ours", first_epoch),
+        "steady": against_marian("ours", steady),
         "steady_passes": "after the first epoch, in its fresh process" if steady_when_fresh else
                          "both models in one process, after an untimed pass, alternating",
         **({"profile": profiled} if profiled else {}),
+        **({"packed": {
+            "attention_implementation": models[PACKED].config._attn_implementation,
+            "workload": workload(PACKED),
+            "first_epoch": against_marian(PACKED, first_epoch),
+            "steady": against_marian(PACKED, steady),
+            **({"profile": comparison({"ours": packed_profile, "marian": profiled["marian"]})}
+               if packed_profile else {}),
+        }} if settings.packing else {}),
     }
 
 
-# The figures the compile section sets side by side, each (name, where in a training result, lower is better).
+def run_target_tokens(first_epoch_tokens: int, first_epoch_seconds: list[float], steady_tokens_per_s: float) -> float:
+    """The target tokens a run of `RUN_SECONDS` trains, projected: its first epoch as measured (the median run, its
+    warm-up's compiling included), then the steady rate for the rest of the time."""
+    seconds = statistics.median(first_epoch_seconds)
+    if seconds >= RUN_SECONDS:
+        return first_epoch_tokens * RUN_SECONDS / seconds
+    return first_epoch_tokens + steady_tokens_per_s * (RUN_SECONDS - seconds)
+
+
+# The figures the compile section sets side by side, each (name, where in a training result). "workload" paths are
+# the batches' own (ours and Marian share theirs; ours packed has its own).
 SIDE_BY_SIDE = (
     ("steady target tokens/s", ("steady", "target_tokens_per_s")),
     ("first epoch target tokens/s, compiling left out", ("first_epoch", "after_compiling", "target_tokens_per_s")),
     ("first epoch target tokens/s", ("first_epoch", "target_tokens_per_s")),
+    ("target tokens in a 15-minute run, first epoch and compiling included (projected)",
+     ("first_epoch", "run_target_tokens")),
     ("compile seconds (first epoch)", ("first_epoch", "compile_seconds")),
     ("compile seconds (the first graph, on the warm-up batch)", ("first_epoch", "warm_up_compile_seconds")),
     ("steady FLOP/s", ("steady", "flops_per_s")),
     ("steady share of the measured peak", ("steady", "peak_fraction")),
+    ("steady share of the measured peak, the pairs' own FLOPs", ("steady", "pair_peak_fraction")),
+    ("padding share of the target tokens", ("workload", "target_padding_fraction")),
     ("peak memory bytes", ("first_epoch", "peak_memory_bytes")),
 )
 
@@ -356,23 +452,29 @@ def benchmark_eager_or_compiled(
 ) -> dict:
     """The training section's figures of one loss, eager or (kind "compiled") through torch.compile: the compile
     section measures each kind as a part of its own, so a run stopped while compiling keeps the eager figures."""
+    compiled = settings.compiled_runs
+    skipped = () if kind == "eager" or compiled is None else tuple(
+        run for run, name in ((PACKED, "packed"), ("ours", "ours"), ("marian", "marian")) if name not in compiled)
     return benchmark_training_loss(size, dataclasses.replace(settings, compile=kind == "compiled"), lengths,
-                                   peak_flops_per_s, label_smoothing)
+                                   peak_flops_per_s, label_smoothing, skipped)
 
 
 def side_by_side(runs: dict) -> dict:
-    """Each figure of ours and Marian, eager and compiled (`runs`: {"eager": ..., "compiled": ...}, each a training
-    result), as a ratio to Marian eager (what a Seq2SeqTrainer user gets)."""
-    def figure(kind: str, model: str, path: tuple[str, ...]):
-        node = runs[kind][path[0]][model]
+    """Each figure of ours and Marian (and ours packed, with --packing), eager and compiled (`runs`: {"eager": ...,
+    "compiled": ...}, each a training result), as a ratio to Marian eager (what a Seq2SeqTrainer user gets)."""
+    def figure(kind: str, run: str, path: tuple[str, ...]):
+        result = runs[kind]["packed"] if run == PACKED else runs[kind]
+        if result["steady"][model_of(run)] is None:  # not measured (--compiled_runs)
+            return None
+        node = result["workload"] if path[0] == "workload" else result[path[0]][model_of(run)]
         for key in path[1:]:
             node = node.get(key) if isinstance(node, dict) else None
         return node
 
+    names = (*MODEL_NAMES, *((PACKED,) if all("packed" in runs[kind] for kind in ("eager", "compiled")) else ()))
     rows = {}
     for label, path in SIDE_BY_SIDE:
-        row = {f"{model} {kind}": figure(kind, model, path) for kind in ("eager", "compiled")
-               for model in MODEL_NAMES}
+        row = {f"{run} {kind}": figure(kind, run, path) for kind in ("eager", "compiled") for run in names}
         reference = row["marian eager"]
         row["ratio to marian eager"] = {
             name: value / reference for name, value in row.items()

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU measurements of packed training (docs/performance.md, "Packed batches"), in one run of about 10 minutes on
+# an NVIDIA H100 or H200, bf16, on Multi30k's lengths:
+#
+#   bash benchmarks/gpu.sh OUTPUT_DIR [MULTI30K_DIR]        (MULTI30K_DIR: default data/multi30k, see docs/data.md)
+#
+# 1. base, eager and compiled side by side (scripts/benchmark.py --only compile --packing): ours on packed batches,
+#    eager and compiled; Marian and ours on their padded token-budget batches, eager. Steady target tokens/s, the
+#    first epoch with its compiling, a 15-minute run projected from both, FLOP/s and share of the measured peak (the
+#    model's FLOPs and the pairs' own), peak memory, each one's padding.  -> OUTPUT_DIR/results-gpu-packed-base.json
+# 2. big, the same: its share of the peak.  -> OUTPUT_DIR/results-gpu-packed-big.json
+# 3. base again with Marian compiled (padded batches: a graph for the first shape, more as shapes change; ours padded
+#    is not compiled: each new batch shape costing a new graph is what packing removes).
+#    -> OUTPUT_DIR/results-gpu-packed-base-marian-compiled.json
+# 4. if time is left, base with FlexAttention's block masks in place of dense masks for the packed batches
+#    (--packed_attention flex_attention), eager and compiled.  -> OUTPUT_DIR/results-gpu-packed-flex.json
+# The steps go in that order, the most wanted first, since a compiled half that is cut short keeps none of its figures.
+#
+# Each step runs under a time limit so that the whole ends within TOTAL_SECONDS (default 570); the benchmark writes
+# its JSON after each part, so a step cut short keeps what it measured. Each step's output goes to OUTPUT_DIR/<step>.log.
+# On a machine without internet, put the wheels this repository needs beyond the machine's torch and transformers
+# (datasets, evaluate, sacrebleu and theirs) in wheelhouse/ at the repository's root: they are installed from there.
+# BENCHMARK_ARGS is added to every benchmark command (a smoke test elsewhere: "--device cpu --dtype fp32 --sizes tiny").
+set -uo pipefail
+started=$SECONDS
+out=${1:?usage: bash benchmarks/gpu.sh OUTPUT_DIR [MULTI30K_DIR]}
+data=${2:-data/multi30k}
+total=${TOTAL_SECONDS:-570}
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+[ -d "$data" ] && data=$(cd "$data" && pwd) || echo "gpu.sh: no folder $data: the batches take synthetic Multi30k-like lengths"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false \
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+
+if compgen -G "wheelhouse/*.whl" > /dev/null; then
+    python -m pip install --quiet --no-index --find-links wheelhouse wheelhouse/*.whl > "$out/install.log" 2>&1 ||
+        echo "gpu.sh: installing wheelhouse/ failed (see $out/install.log)"
+fi
+python -c "import torch, transformers, datasets, modeling.benchmarking
+print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || {
+    echo "gpu.sh: the benchmark cannot be imported; install the repository's requirements (or fill wheelhouse/)" >&2
+    exit 1
+}
+
+left() { echo $((total - (SECONDS - started))); }
+
+# step NAME SECONDS ARGS...: scripts/benchmark.py ARGS into OUTPUT_DIR/results-gpu-packed-NAME.json, stopped after
+# SECONDS (or when the total is spent, whichever comes first)
+step() {
+    local name=$1 limit=$2
+    shift 2
+    [ "$(left)" -lt "$limit" ] && limit=$(left)
+    if [ "$limit" -lt 60 ]; then
+        echo "gpu.sh: $name skipped, $(left) s left"
+        return
+    fi
+    echo "gpu.sh: $name, at most $limit s"
+    # shellcheck disable=SC2086  # BENCHMARK_ARGS is a list of flags
+    timeout --signal=INT --kill-after=20 "$limit" python scripts/benchmark.py --device cuda --dtype bf16 \
+        --data_dir "$data" --label_smoothing 0.1 --fresh_runs 1 --packing "$@" ${BENCHMARK_ARGS:-} \
+        --output "$out/results-gpu-packed-$name.json" > "$out/$name.log" 2>&1
+    echo "gpu.sh: $name ended with status $? after $((SECONDS - started)) s in all"
+    tail -n 40 "$out/$name.log"
+}
+
+base=(--sizes base --only compile --steps 20 --repetitions 3)
+step base 200 "${base[@]}" --compiled_runs packed
+step big 170 --sizes big --only compile --steps 10 --repetitions 2 --compiled_runs packed
+step base-marian-compiled 300 "${base[@]}" --compiled_runs marian
+step flex 150 "${base[@]}" --compiled_runs packed --packed_attention flex_attention
+ls -l "$out"
