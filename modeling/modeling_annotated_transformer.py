@@ -705,7 +705,9 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             check_labels_fit_decoder_inputs(
                 labels, decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
             )
-            if num_items_in_batch is not None and not self._checked_counted_padding:
+            # not while compiling: the flag, set in the graph, would fail its guard at the next step (a second graph)
+            compiling = torch.compiler.is_compiling()
+            if num_items_in_batch is not None and not compiling and not self._checked_counted_padding:
                 self._checked_counted_padding = True
                 warn_if_counted_padding(labels, self.config.pad_token_id)
             use_cache = False

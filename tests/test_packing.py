@@ -1,11 +1,15 @@
 """Packed training batches: whole pairs in a grid of one shape, every pair once per epoch across processes; attention
 that never crosses a pair, so a packed batch gives each pair's loss and gradients as the pair alone; one compiled
-graph for a whole run; unpacked training, evaluation and generate() never touch the packed path."""
+graph for a whole run; unpacked training, evaluation and generate() never touch the packed path; `train.py
+--packing` end to end."""
+
+import json
 
 import numpy as np
 import pytest
 import torch
 from accelerate.data_loader import BatchSamplerShard
+from launch_helpers import QUICK, accelerate_launch
 from model_helpers import VOCAB, generating_model, padded_batch, tiny_model
 from torch._dynamo.testing import CompileCounterWithBackend
 
@@ -13,6 +17,8 @@ from modeling import packed_batches
 from modeling.data.batching import PairsOverBudgetError, TokenBudgetBatchSampler, padding_stats
 from modeling.data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler, first_fit, packing_stats
 from modeling.loss import label_smoothed_loss
+from modeling.training.argument_parsing import parse_arguments
+from modeling.training.arguments import ConfigurationError
 
 PAD, START, EOS = 0, 1, 2
 
@@ -138,7 +144,7 @@ def test_bad_settings_and_batches_are_clear_errors():
         PackedBatchSampler([4, 0], [4, 3], 64)
     with pytest.raises(ValueError, match="cannot give 2 processes the same number of batches"):
         PackedBatchSampler([8, 8, 8], [8, 8, 8], 8, num_replicas=2)
-    with pytest.raises(ValueError, match=r"3 pairs of \(source, target\) lengths .* do not fit a packed grid of 1 rows"):
+    with pytest.raises(ValueError, match=r"3 pairs of \(source, target\) lengths .* do not fit a packed grid of 1 "):
         DataCollatorForPackedSeq2Seq(1, 8, PAD, START)(features_of([(4, 4), (4, 4), (2, 2)]))
 
 
@@ -310,7 +316,9 @@ def test_packed_training_compiles_one_graph_for_a_whole_run_and_evaluation_does_
 
     def train(batches):
         for indices in batches:
-            compiled(**collator([features[i] for i in indices])).loss.backward()
+            batch = collator([features[i] for i in indices])
+            # as the Trainer calls it: the real target tokens counted outside the graph
+            compiled(**batch, num_items_in_batch=(batch["labels"] != -100).sum()).loss.backward()
             optimizer.step()
             optimizer.zero_grad()
 
@@ -363,3 +371,59 @@ def test_unpacked_training_evaluation_and_generate_never_take_the_packed_path(mo
     assert torch.equal(model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss, expected_loss)
     model.train()
     model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+
+
+# ---- training with --packing ----------------------------------------------------------------------------------------
+
+
+def test_packing_is_a_training_flag_and_a_config_key_that_needs_a_token_budget(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("packing: true\nmax_tokens: 512\n")
+    assert parse_arguments(["--config", str(config)])[2].packing is True
+    assert parse_arguments(["--max_tokens", "512"])[2].packing is False
+    with pytest.raises(ConfigurationError, match=r"--packing fills a token budget with pairs: give --max_tokens"):
+        parse_arguments(["--config", str(config), "--per_device_train_batch_size", "8"])
+
+
+def trained(output_dir, *extra, launch=("--num_processes", "1")):
+    accelerate_launch(list(launch), [*QUICK, "--packing", "--max_eval_samples", "8", "--max_test_samples", "8",
+                                     "--output_dir", str(output_dir), *extra])
+    losses = [entry["loss"] for entry in json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+              if "loss" in entry]
+    return losses, json.loads((output_dir / "train_results.json").read_text())
+
+
+def test_packed_compiled_training_through_accelerate_launch_compiles_one_graph_for_the_whole_run(tmp_path):
+    """`accelerate launch scripts/train.py --packing --torch_compile`: every training batch has the grid's one shape,
+    so the run compiles one graph, and the evaluations between its steps (padded batches, generate()) compile none
+    that training needs again (padded, the copy task's batches compile two: tests/test_compile.py)."""
+    output_dir = tmp_path / "run"
+    losses, metrics = trained(output_dir, "--torch_compile_backend", "aot_eager", "--max_steps", "24",
+                              "--eval_steps", "8", "--save_steps", "8")
+    assert metrics["train_compiled_graphs"] == 1
+    assert len(losses) == 24 and losses[-1] < losses[0] / 2  # it trained
+    args = torch.load(output_dir / "training_args.bin", weights_only=False)
+    assert args.packing and args.torch_compile
+
+
+@pytest.mark.slow  # two processes: about a minute
+def test_packed_training_on_two_processes_shares_the_grids_out(tmp_path):
+    losses, metrics = trained(tmp_path / "run", "--max_steps", "12", "--eval_strategy", "no",
+                              launch=("--multi_gpu", "--num_processes", "2"))
+    assert len(losses) == 12 and losses[-1] < losses[0] and metrics["train_runtime"] > 0
+
+
+def test_resuming_with_packing_turned_on_or_off_is_named_as_other_batches():
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from modeling.training.callbacks import EpochBatches
+
+    pairs = Dataset.from_dict({"input_ids": [[5, 6, 2], [7, 2]], "labels": [[8, 2], [9, 9, 2]]})
+    common = dict(data_seed=None, seed=0, world_size=1, gradient_accumulation_steps=1, pad_to_multiple_of=None,
+                  max_tokens=1024)
+    packed = EpochBatches.of(pairs, SimpleNamespace(**common, packing=True))
+    padded = EpochBatches.of(pairs, SimpleNamespace(**common, packing=False))
+    assert padded.differences(packed.state()["args"]) == ["--packing False (the checkpoint's: True)"]
+    assert packed.differences(packed.state()["args"]) == []

@@ -225,6 +225,15 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         default=None,
         metadata={"help": "Batches of this many pairs per process (default 8 without --max_tokens)."},
     )
+    packing: bool = field(
+        default=False,
+        metadata={
+            "help": "Packed training batches (with --max_tokens): whole pairs end to end in rows of one fixed grid "
+            "per side (max_tokens / row length rows, each as long as the longest pair), attention kept within each "
+            "pair: one batch shape for the whole run, so --torch_compile compiles one graph, and no padding between "
+            "pairs. Evaluation batches stay padded."
+        },
+    )
     pad_to_multiple_of: int | None = field(
         default=None, metadata={"help": "Pad batches to a multiple of this length (8 suits tensor cores; 8 by default "
                                 "with --torch_compile, so that few lengths are compiled)."}
@@ -323,6 +332,9 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
                 "--per_device_train_batch_size and --max_tokens both set the training batch; token-budget batches "
                 "(--max_tokens) ignore a batch size: give one of them"
             )
+        if self.packing and self.max_tokens is None:
+            raise ValueError("--packing fills a token budget with pairs: give --max_tokens (a config's value is "
+                             "replaced by --per_device_train_batch_size on the command line).")
         if self.per_device_train_batch_size is None:
             self.per_device_train_batch_size = 8  # transformers' default, unused under a token budget
         for name in FINITE_FLOATS:  # NaN passes every comparison below; inf fails only mid-training

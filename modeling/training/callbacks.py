@@ -189,7 +189,8 @@ class EpochBatches(RecordedInCheckpoints):
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
         }
         if getattr(args, "max_tokens", None) is not None:
-            settings.update(max_tokens=args.max_tokens, pad_to_multiple_of=args.pad_to_multiple_of)
+            settings.update(max_tokens=args.max_tokens, pad_to_multiple_of=args.pad_to_multiple_of,
+                            packing=bool(getattr(args, "packing", False)))
         else:
             settings.update(per_device_train_batch_size=args.per_device_train_batch_size,
                             train_sampling_strategy=str(args.train_sampling_strategy),

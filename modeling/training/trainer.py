@@ -1,4 +1,5 @@
-"""`Seq2SeqTrainer` with the paper's training choices: the Noam schedule (§5.3) and token-budget batches (§5.1).
+"""`Seq2SeqTrainer` with the paper's training choices: the Noam schedule (§5.3) and token-budget batches (§5.1),
+padded or packed (`--packing`).
 
 Everything else (optimizer, DDP/FSDP through accelerate, mixed precision, gradient accumulation, checkpoints,
 resume, evaluation with `generate`, logging) is the Trainer's own. Its arguments are `TransformerTrainingArguments`
@@ -21,6 +22,7 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
 
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
+from ..data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
 from ..input_checks import check_token_ids
 from .arguments import TransformerTrainingArguments
 from .callbacks import StopSignals, _SetSamplerEpoch
@@ -28,9 +30,20 @@ from .schedule import NOAM, get_noam_schedule
 
 
 def token_budget_sampler(dataset, args: TransformerTrainingArguments) -> TokenBudgetBatchSampler:
-    """The training batches of every process under `args.max_tokens` (accelerate hands batch i to process
-    i % num_processes). Raises ValueError when a pair alone exceeds the budget."""
+    """The training batches of every process under `args.max_tokens`, padded or, with `args.packing`, packed
+    (accelerate hands batch i to process i % num_processes). Raises ValueError when a pair alone exceeds the budget."""
     source_lengths, target_lengths = token_lengths(dataset)
+    if getattr(args, "packing", False):
+        return PackedBatchSampler(
+            source_lengths,
+            target_lengths,
+            args.max_tokens,
+            shuffle=True,
+            seed=args.data_seed if args.data_seed is not None else args.seed,
+            num_replicas=args.world_size,
+            rank=None,
+            pad_to_multiple_of=args.pad_to_multiple_of,
+        )
     return TokenBudgetBatchSampler(
         source_lengths,
         target_lengths,
@@ -88,8 +101,9 @@ class CheckpointSaveError(RuntimeError):
 
 
 class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler_type == "noam"` and, when `args.max_tokens`
-    is set, batches the training set by token budget with `TokenBudgetBatchSampler`."""
+    """`Seq2SeqTrainer` that builds the Noam schedule when `args.lr_scheduler_type == "noam"` and, when
+    `args.max_tokens` is set, batches the training set by token budget with `TokenBudgetBatchSampler` (with
+    `args.packing`, packed with `PackedBatchSampler` and `DataCollatorForPackedSeq2Seq`)."""
 
     args: TransformerTrainingArguments
 
@@ -195,6 +209,14 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         pairs_per_batch = len(sampler.padded_source_lengths) / len(sampler.batches)
         return max(1, round(pairs_per_batch * args.gradient_accumulation_steps * args.world_size))
 
+    def packed_collator(self, sampler: PackedBatchSampler):
+        """The training batches' collator under --packing: the sampler's grid, the model's pad and decoder start
+        ids; its ids checked on the host where the run's collator checks them (--torch_compile)."""
+        config = self.accelerator.unwrap_model(self.model).config
+        collator = DataCollatorForPackedSeq2Seq(sampler.rows, sampler.row_length, config.pad_token_id,
+                                                config.decoder_start_token_id)
+        return TokenIdsChecked(collator, config) if isinstance(self.data_collator, TokenIdsChecked) else collator
+
     def get_train_dataloader(self) -> DataLoader:
         if getattr(self.args, "max_tokens", None) is None:
             return super().get_train_dataloader()
@@ -208,10 +230,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                 break
         else:
             self.add_callback(_SetSamplerEpoch(sampler))
+        packed = isinstance(sampler, PackedBatchSampler)
         dataloader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=self.packed_collator(sampler) if packed else self.data_collator,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
             persistent_workers=self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0,
