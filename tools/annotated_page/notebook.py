@@ -250,6 +250,21 @@ def source_problems(path: str | Path, text: str, solutions: bool = False) -> lis
              "`python scripts/make_figures.py --page`")]
 
 
+def _kept_outputs(outputs: list) -> list:
+    """A cell's outputs as a committed notebook keeps them: without what it wrote to stderr (warnings, which name the
+    paths and versions of the machine that ran it), and with consecutive prints as one (the kernel flushes them as
+    time passes, a different split on every run)."""
+    kept = []
+    for output in outputs:
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            continue
+        if kept and output.get("output_type") == "stream" and kept[-1].get("output_type") == "stream":
+            kept[-1]["text"] += output["text"]
+        else:
+            kept.append(output)
+    return kept
+
+
 def write_notebooks(text: str, folder: str | Path = NOTEBOOKS_DIR) -> list[Path]:
     """Build both notebooks from the page `text`, run each top to bottom, check its outputs against the page
     (ValueError naming the first that differs) and write it, outputs included, into `folder`."""
@@ -259,10 +274,9 @@ def write_notebooks(text: str, folder: str | Path = NOTEBOOKS_DIR) -> list[Path]
         executed = execute_notebook(build_notebook(text, solutions))
         if problems := output_problems(executed, text, solutions):
             raise ValueError(f"{path.name}: {problems[0]}")
-        for cell in executed.cells:  # warnings name the paths and versions of the machine that ran it
+        for cell in executed.cells:
             if cell.cell_type == "code":
-                cell.outputs = [output for output in cell.outputs
-                                if not (output.get("output_type") == "stream" and output.get("name") == "stderr")]
+                cell.outputs = _kept_outputs(cell.outputs)
         paths.append(Path(folder) / path.name)
         paths[-1].parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(executed, paths[-1])
