@@ -427,3 +427,28 @@ def test_resuming_with_packing_turned_on_or_off_is_named_as_other_batches():
     padded = EpochBatches.of(pairs, SimpleNamespace(**common, packing=False))
     assert padded.differences(packed.state()["args"]) == ["--packing False (the checkpoint's: True)"]
     assert packed.differences(packed.state()["args"]) == []
+
+
+@pytest.mark.slow  # about 3.5 minutes: the GPU script's steps, shrunk to the tiny model on the CPU
+def test_the_gpu_script_runs_its_steps_and_writes_their_json(tmp_path):
+    """benchmarks/gpu.sh with BENCHMARK_ARGS making each step a CPU smoke test: its flags are the benchmark's, each
+    step writes its JSON, and FlexAttention's step is refused on a CPU in one line."""
+    import os
+    import subprocess
+
+    from launch_helpers import REPO_ROOT, SCRIPT_ENV
+
+    smoke = ("--device cpu --dtype fp32 --sizes tiny --steps 2 --repetitions 1 --max_tokens 256 --vocab_size 300 "
+             "--peak_matmul_size 64 --threads 1 --compile_backend aot_eager")
+    result = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "gpu.sh"), str(tmp_path), str(tmp_path / "none")],
+                            env={**os.environ, **SCRIPT_ENV, "BENCHMARK_ARGS": smoke, "TOTAL_SECONDS": "900"},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    compiled = {"base": "ours packed compiled", "big": "ours packed compiled",
+                "base-marian-compiled": "marian compiled"}
+    for step, run in compiled.items():
+        results = json.loads((tmp_path / f"results-gpu-packed-{step}.json").read_text())
+        rows = results["compile"]["tiny"]["label_smoothing_0.1"]["side_by_side"]
+        assert rows["steady target tokens/s"][run] > 0, step
+        assert rows["steady target tokens/s"]["ours packed eager"] > 0, step
+    assert "flex_attention trains on CUDA only" in (tmp_path / "flex.log").read_text()

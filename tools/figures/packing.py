@@ -4,6 +4,7 @@ paper's WMT 2014 setting from the best measured GPU training rate in docs/result
 from __future__ import annotations
 
 from .formats import (
+    REPOSITORY,
     Benchmarks,
     _block,
     _flops,
@@ -149,7 +150,7 @@ def paper_projection(benchmarks: Benchmarks) -> str:
 
     rows, measured = [], []
     for size, config_path in PAPER_CONFIGS.items():
-        config = yaml.safe_load((benchmarks.folder.parent / config_path).read_text(encoding="utf-8"))
+        config = yaml.safe_load((REPOSITORY / config_path).read_text(encoding="utf-8"))  # the recipe as committed
         tokens = config["max_steps"] * config["max_tokens"]
         rates = _gpu_training_rates(benchmarks, size)
         described = (f"`{config_path}`", f"{_size(size)}", f"{config['max_steps']:,} x {config['max_tokens']:,}")
