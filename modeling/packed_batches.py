@@ -33,10 +33,11 @@ def same_pair(query_pair_ids: torch.Tensor, key_pair_ids: torch.Tensor, causal: 
 
     def mask_function(batch_idx, head_idx, q_idx, kv_idx):
         query_pair = query_pair_ids[batch_idx, q_idx]
-        allowed = query_pair == key_pair_ids[batch_idx, kv_idx]
+        padding = query_pair < 0
+        allowed = (query_pair == key_pair_ids[batch_idx, kv_idx]) & ~padding
         if causal:
             allowed = allowed & (kv_idx <= q_idx)
-        return allowed | ((query_pair < 0) & (kv_idx == 0))
+        return allowed | (padding & (kv_idx == 0))
 
     return mask_function
 

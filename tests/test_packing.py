@@ -270,7 +270,7 @@ def test_attention_across_pairs_would_fail_the_bound(packed):
 
 @pytest.mark.slow
 def test_flex_attentions_block_masks_give_the_dense_masks_logits(packed):
-    """FlexAttention (the packed path for GPUs) on a CPU, which runs its forward only (~30 s: it compiles)."""
+    """FlexAttention (the packed path for GPUs) on a CPU, which runs its forward only (it compiles its kernel)."""
     _, batch = packed
     dense, flex = (tiny_model(seed=1, attn_implementation=attention) for attention in ("sdpa", "flex_attention"))
     with torch.no_grad():
@@ -406,7 +406,7 @@ def test_packed_compiled_training_through_accelerate_launch_compiles_one_graph_f
     assert args.packing and args.torch_compile
 
 
-@pytest.mark.slow  # two processes: about a minute
+@pytest.mark.slow  # two processes
 def test_packed_training_on_two_processes_shares_the_grids_out(tmp_path):
     losses, metrics = trained(tmp_path / "run", "--max_steps", "12", "--eval_strategy", "no",
                               launch=("--multi_gpu", "--num_processes", "2"))
@@ -452,3 +452,21 @@ def test_the_gpu_script_runs_its_steps_and_writes_their_json(tmp_path):
         assert rows["steady target tokens/s"][run] > 0, step
         assert rows["steady target tokens/s"]["ours packed eager"] > 0, step
     assert "flex_attention trains on CUDA only" in (tmp_path / "flex.log").read_text()
+
+
+def test_the_masks_keep_each_pair_to_itself_and_give_padding_one_key():
+    pairs = torch.tensor([[0, 0, 1, 1, 1, -1]])
+    allowed = packed_batches.same_pair(pairs, pairs, causal=True)(
+        torch.arange(1)[:, None, None, None], torch.arange(1)[None, :, None, None],
+        torch.arange(6)[None, None, :, None], torch.arange(6)[None, None, None, :])[0, 0].int().tolist()
+    assert allowed == [[1, 0, 0, 0, 0, 0],
+                       [1, 1, 0, 0, 0, 0],
+                       [0, 0, 1, 0, 0, 0],  # pair 1 starts afresh: causal within its own tokens
+                       [0, 0, 1, 1, 0, 0],
+                       [0, 0, 1, 1, 1, 0],
+                       [1, 0, 0, 0, 0, 0]]  # padding: the row's first key, so its softmax stays finite
+    source = torch.tensor([[1, 1, 0, 0, 0, -1, -1]])
+    cross = packed_batches.same_pair(pairs, source, causal=False)(
+        torch.arange(1)[:, None, None, None], torch.arange(1)[None, :, None, None],
+        torch.arange(6)[None, None, :, None], torch.arange(7)[None, None, None, :])[0, 0].int().tolist()
+    assert cross[0] == [0, 0, 1, 1, 1, 0, 0] and cross[4] == [1, 1, 0, 0, 0, 0, 0] and cross[5] == [1, 0, 0, 0, 0, 0, 0]
