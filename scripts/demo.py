@@ -3,7 +3,7 @@
 
     python scripts/demo.py                                   # the main job's model, outputs/copy-tiny
     python scripts/demo.py outputs/multi30k-de-en-cpu-avg5 --port 7860
-    python scripts/demo.py MODEL --time "Ein Hund läuft über die Wiese."   # seconds per sentence; no page
+    python scripts/demo.py MODEL --time "Ein Hund läuft über die Wiese." --num_beams 4   # seconds; no page
 
 The page is at http://127.0.0.1:7860 (the next free port when 7860 is taken), on this computer only unless --host
 0.0.0.0. Example sentences come from the model's card and the validation data it names. Needs the demo extra:
@@ -35,6 +35,8 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--port", type=positive_int, default=None,
                         help="port to serve on (default: 7860, or the next free one)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--num_beams", type=positive_int, default=None,
+                        help="the page's beam size at first, and --time's (default: the model's, from training)")
     parser.add_argument("--examples", type=int, default=5, help="how many example sentences to offer (default 5)")
     parser.add_argument("--time", metavar="SENTENCE", default=None,
                         help="instead of serving: time one press of Translate for SENTENCE (the translation, its "
@@ -67,12 +69,12 @@ def main(argv=None) -> None:
             require_gradio()
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
         if args.time is not None:
-            demo = TranslationDemo(folder, device=args.device)
+            demo = TranslationDemo(folder, device=args.device, num_beams=args.num_beams)
             print(json.dumps({"model": str(folder), **time_translation(demo, args.time, repeats=args.repeats)},
                              ensure_ascii=False))
             return
         examples = example_sentences(folder, args.examples) if args.examples else []
-        serve(folder, host=args.host, port=args.port, examples=examples, device=args.device)
+        serve(folder, host=args.host, port=args.port, examples=examples, device=args.device, num_beams=args.num_beams)
     # ImportError: gradio is not installed; OSError: also weights that changed on disk (CorruptWeightsError)
     except (ImportError, OSError, ValueError) as error:
         parser.error(str(error).splitlines()[0] if str(error) else repr(error))

@@ -1,7 +1,8 @@
 """A picture of the demo page (scripts/demo.py): the model's page served here, opened in headless Chromium through
 Playwright, a sentence typed and translated, and the page saved as a PNG once the translation and its heatmap show.
 
-    python tools/demo_screenshot.py outputs/multi30k-de-en-cpu-avg5 "Ein Hund läuft über die Wiese." docs/demo.png
+    python tools/demo_screenshot.py outputs/multi30k-de-en-cpu-avg5 "Ein Hund läuft über die Wiese." docs/demo.png \
+        --num_beams 4
 
 Needs the demo extra and Playwright for Python (both in the dev extra), and Debian's Chromium at /usr/bin/chromium
 (`apt-get install chromium`): Playwright drives that browser and downloads none. tests/test_demo.py drives the page
@@ -84,14 +85,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def screenshot(model_dir: str | Path, sentence: str, output: str | Path) -> dict:
-    """Serve `model_dir`'s page here (with its example sentences), translate `sentence` on it in Chromium and save the
-    whole page as the PNG `output`; returns what `translate_on_page` saw. ValueError when the page shows a note
-    instead of a translation."""
+def screenshot(model_dir: str | Path, sentence: str, output: str | Path, num_beams: int | None = None) -> dict:
+    """Serve `model_dir`'s page here (with its example sentences; `num_beams`, default the model's), translate
+    `sentence` on it in Chromium and save the whole page as the PNG `output`; returns what `translate_on_page` saw.
+    ValueError when the page shows a note instead of a translation."""
     from modeling.inference.demo import TranslationDemo, build_app
     from modeling.inference.example_sentences import example_sentences
 
-    app = build_app(TranslationDemo(model_dir, examples=example_sentences(model_dir)))
+    app = build_app(TranslationDemo(model_dir, examples=example_sentences(model_dir), num_beams=num_beams))
     port = free_port()
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -110,6 +111,7 @@ def main(argv=None) -> None:
     parser.add_argument("model", help="a model folder written by train.py or average_checkpoints.py")
     parser.add_argument("sentence", help="the sentence to translate on the page")
     parser.add_argument("output", help="the PNG file to write")
+    parser.add_argument("--num_beams", type=int, default=None, help="the page's beam size (default: the model's)")
     args = parser.parse_args(argv)
     problem = chromium_problem()
     if problem is not None:
@@ -125,7 +127,7 @@ def main(argv=None) -> None:
     try:
         require_gradio()
         check_model_folder(args.model)
-        seen = screenshot(args.model, args.sentence, args.output)
+        seen = screenshot(args.model, args.sentence, args.output, num_beams=args.num_beams)
     except (ImportError, OSError, ValueError) as error:
         parser.error(str(error).splitlines()[0])
     print(f"{args.output}: {args.sentence!r} -> {seen['translation']!r}", file=sys.stdout)

@@ -43,7 +43,8 @@ INSTALL_HINT = "gradio is not installed: pip install -e '.[demo]' (or pip instal
 DEFAULT_HOST = "127.0.0.1"  # this computer only; 0.0.0.0 shows the page to the network
 MAX_BEAMS = 8
 AVERAGE = "average"  # the head selector's choice for the mean over a layer's heads
-MIN_WIDTH_INCHES, MAX_INCHES = 5.0, 12.0  # the heatmap's figure: room for its title; at most a screen's width
+# the heatmap's figure, in inches: room for its title and a legible short sentence; at most a screen's width
+MIN_WIDTH, MIN_HEIGHT, MAX_SIZE = 6.0, 4.5, 12.0
 KIND_ORDER = ("cross", "encoder", "decoder")  # the page's order: encoder-decoder attention first
 ATTENTION_NOTE = (
     "Rows are the queries, columns the keys; each row sums to 1. The decoder reads `<s>` and then the translation; "
@@ -115,14 +116,18 @@ class DemoTranslation:
 class TranslationDemo:
     """A model folder loaded for the page: one sentence at a time, translated and its attention read."""
 
-    def __init__(self, model_dir: str | os.PathLike, *, device: str | None = None, examples: Sequence[str] = ()):
+    def __init__(self, model_dir: str | os.PathLike, *, device: str | None = None, examples: Sequence[str] = (),
+                 num_beams: int | None = None):
         self.model, self.tokenizer, self.target_tokenizer = load_translation_model(model_dir, device=device)
         self.name = Path(model_dir).resolve().name if Path(model_dir).exists() else str(model_dir)
         self.examples = list(examples)
         config, generation = self.model.config, self.model.generation_config
         self.max_positions = config.max_position_embeddings
-        self.num_beams = min(generation.num_beams or 1, MAX_BEAMS)
-        self.max_new_tokens = min(generation.max_new_tokens or generation.max_length - 1, self.max_positions - 1)
+        # the page's beam size at first: `num_beams`, else the model's own (its generation config)
+        self.num_beams = (_whole_number("the beam size", num_beams, MAX_BEAMS) if num_beams is not None
+                          else min(generation.num_beams or 1, MAX_BEAMS))
+        length = generation.max_new_tokens or (generation.max_length or self.max_positions) - 1
+        self.max_new_tokens = min(length, self.max_positions - 1)
         # the attention pass switches the model's attention implementation: no other sentence may run meanwhile
         self._lock = threading.Lock()
 
@@ -204,7 +209,9 @@ def attention_heatmap(attention: SentenceAttention, config, kind: str, layer, he
     figure.suptitle(figure.get_suptitle().replace(" (", "\n(", 1), fontsize=10)
     # and a picture of a long sentence stays one a page can show (labels crowd beyond about 50 tokens)
     width, height = figure.get_size_inches()
-    figure.set_size_inches(min(max(width, MIN_WIDTH_INCHES), MAX_INCHES), min(height, MAX_INCHES))
+    figure.set_size_inches(min(max(width, MIN_WIDTH), MAX_SIZE), min(max(height, MIN_HEIGHT), MAX_SIZE))
+    # one panel lays out as well with the tight layout, which halves the drawing time of the constrained one
+    figure.set_layout_engine("tight")
     weights = {"kind": kind, "layer": layer, "head": head, "queries": rows, "keys": columns,
                "weights": [[round(value, 4) for value in row] for row in shown.tolist()]}
     return figure, weights
@@ -317,11 +324,11 @@ def build_app(demo: TranslationDemo):
 
 
 def serve(model_dir: str | os.PathLike, *, host: str | None = DEFAULT_HOST, port: int | None = None,
-          examples: Sequence[str] = (), device: str | None = None, **launch_kwargs):
+          examples: Sequence[str] = (), device: str | None = None, num_beams: int | None = None, **launch_kwargs):
     """Load `model_dir` and serve its page at http://host:port until interrupted (gradio's defaults, or the
     GRADIO_SERVER_NAME and GRADIO_SERVER_PORT variables, where `host` or `port` is None)."""
     require_gradio()
-    app = build_app(TranslationDemo(model_dir, device=device, examples=examples))
+    app = build_app(TranslationDemo(model_dir, device=device, examples=examples, num_beams=num_beams))
     return app.launch(server_name=host, server_port=port, show_error=False, **launch_kwargs)
 
 
