@@ -70,7 +70,8 @@ def _packing_table(benchmarks: Benchmarks, file: str) -> str:
               f"{settings['steps']} grids of epoch 0 (PackedBatchSampler), attention through "
               f"{loss['packed']['attention_implementation']} with masks that keep each pair to itself. Steady: the "
               f"median of {settings['repetitions']} alternating passes per run; first epoch: the steps once in a "
-              f"fresh process per run; memory: {result['environment']['memory_method']}.")
+              f"fresh process per run ({settings['fresh_runs']} each, the median); memory: "
+              f"{result['environment']['memory_method']}.")
     return _block(_measured_on(result, method=method),
                   _table(("figure", "ours, padded", "ours, packed", "MarianMTModel, padded", "packed / ours padded",
                           "packed / Marian"), rows))
