@@ -339,3 +339,17 @@ def performance_gpu_h200_serving(benchmarks: Benchmarks) -> str:
                           "ours, dynamic, beside CTranslate2", "CTranslate2 bfloat16 / int8_bfloat16",
                           "CTranslate2 bfloat16 / ours", "CTranslate2 bfloat16 / Marian dynamic",
                           "same tokens as ours"), rows))
+
+
+@table("performance-cpu-demo")
+def performance_cpu_demo(benchmarks: Benchmarks) -> str:
+    """One press of Translate on the demo page, with the CPU recipe's model."""
+    demo = benchmarks("results-cpu-demo.json")
+    timing = demo["timing"]
+    rows = [(f"{timing['source']} → {timing['translation']}", f"beam {timing['num_beams']}",
+             _seconds(timing["median_seconds"]), _seconds(timing["fastest_seconds"]),
+             _seconds(demo["target_seconds"]))]
+    method = (f"The model: {demo['model']}. The translation, the eager attention pass over the translated pair and the "
+              f"heatmap drawn as a PNG; the median and the fastest of {timing['repeats']} presses after an untimed one.")
+    return _block(_measured_on(demo, method=method),
+                  _table(("sentence", "search", "median, s", "fastest, s", "target, s"), rows))
