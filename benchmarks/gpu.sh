@@ -9,9 +9,9 @@
 #    first epoch with its compiling, a 15-minute run projected from both, FLOP/s and share of the measured peak (the
 #    model's FLOPs and the pairs' own), peak memory, each one's padding.  -> OUTPUT_DIR/results-gpu-packed-base.json
 # 2. big, the same: its share of the peak.  -> OUTPUT_DIR/results-gpu-packed-big.json
-# 3. base again with Marian compiled (padded batches: a graph for the first shape, more as shapes change; ours padded
-#    is not compiled: each new batch shape costing a new graph is what packing removes).
-#    -> OUTPUT_DIR/results-gpu-packed-base-marian-compiled.json
+# 3. base, Marian compiled alone (the training section with --compile, its padded batches: a graph for the first
+#    shape, more as shapes change; ours padded is not compiled: each new shape costing a new graph is what packing
+#    removes).  -> OUTPUT_DIR/results-gpu-packed-base-marian-compiled.json
 # 4. if time is left, base with FlexAttention's block masks in place of dense masks for the packed batches
 #    (--packed_attention flex_attention), eager and compiled.  -> OUTPUT_DIR/results-gpu-packed-flex.json
 # The steps go in that order, the most wanted first, since a compiled half that is cut short keeps none of its figures.
@@ -65,9 +65,9 @@ step() {
     tail -n 40 "$out/$name.log"
 }
 
-base=(--sizes base --only compile --steps 20 --repetitions 3)
-step base 200 "${base[@]}" --compiled_runs packed
-step big 170 --sizes big --only compile --steps 10 --repetitions 2 --compiled_runs packed
-step base-marian-compiled 300 "${base[@]}" --compiled_runs marian
-step flex 150 "${base[@]}" --compiled_runs packed --packed_attention flex_attention
+base=(--sizes base --steps 20 --repetitions 3)
+step base 240 "${base[@]}" --only compile --compiled_runs packed
+step big 200 --sizes big --steps 10 --repetitions 2 --only compile --compiled_runs packed
+step base-marian-compiled 300 "${base[@]}" --only train --compile --compiled_runs marian
+step flex 150 "${base[@]}" --only compile --compiled_runs packed --packed_attention flex_attention
 ls -l "$out"

@@ -4,6 +4,7 @@ No timing is asserted: only that the figures exist, are positive where they must
 ours / Marian."""
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -915,3 +916,18 @@ def test_packing_settings_and_their_errors():
         parse("--compiled_runs", "packed")
     with pytest.raises(ValueError, match="--packed_attention flex_attention trains on CUDA only"):
         parse("--packing", "--packed_attention", "flex_attention")
+
+
+def test_compiled_runs_leave_the_others_out_and_the_table_shows_them_as_not_measured(tmp_path, monkeypatch):
+    """--compile --compiled_runs marian: Marian compiled alone (benchmarks/gpu.sh's third step), ours left out."""
+    monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))
+    arguments = tiny_arguments(tmp_path, "--only", "train", "--label_smoothing", "0", "--compile", "--compile_backend",
+                               "aot_eager", "--compiled_runs", "marian", "--steps", "1", "--repetitions", "1")
+    settings = settings_from_arguments(build_parser().parse_args(arguments))
+    assert training_speed.skipped_runs(settings) == ("ours",)
+    assert training_speed.skipped_runs(dataclasses.replace(settings, compile=False)) == ()
+    results = run_benchmark(settings, train_script=None, log=lambda message: None)
+    train = results["train"]["tiny"]["cross_entropy"]
+    assert train["steady"]["ours"] is None and train["first_epoch"]["ours"] is None and train["steady"]["ratio"] == {}
+    assert train["steady"]["marian"]["target_tokens_per_s"] > 0
+    assert re.search(r"steady: target tokens/s, median \(best\) +- +[\d,]+ \([\d,]+\)", format_table(results))

@@ -52,8 +52,10 @@ def _ratio(value) -> str:
 
 
 def _compared(rows, section, size, label, compared, key, show):
+    """A row of ours and Marian; "-" for a run not measured (--compiled_runs)."""
     ours, marian = compared["ours"], compared["marian"]
-    rows.append((section, size, label, show(ours), show(marian), _ratio(compared["ratio"].get(key))))
+    shown = ("-" if figures is None else show(figures) for figures in (ours, marian))
+    rows.append((section, size, label, *shown, _ratio(compared["ratio"].get(key))))
 
 
 def format_table(results: dict) -> str:
@@ -131,9 +133,10 @@ def _training_rows(rows, size: str, train: dict) -> None:
                                 f"{1e3 * m['median_step_seconds_seen_shape']:,.0f}")
     _compared(rows, "train", size, "peak memory MiB (+ in training)", train["first_epoch"], "peak_memory_bytes",
               lambda m: f"{m['peak_memory_bytes'] / MIB:,.0f} (+{m['training_memory_bytes'] / MIB:,.0f})")
-    if "sdpa_kernels" in train["first_epoch"]["ours"]:
+    if "sdpa_kernels" in (train["first_epoch"]["ours"] or {}):
         rows.append(("train", size, "SDPA's kernel: attention calls per forward",
-                     *(_kernels(train["first_epoch"][name]["sdpa_kernels"]) for name in ("ours", "marian")), ""))
+                     *(_kernels((train["first_epoch"][name] or {}).get("sdpa_kernels", {}))
+                       for name in ("ours", "marian")), ""))
     if "profile" in train:
         _profile_rows(rows, size, loss, train["profile"])
     if "packed" in train:

@@ -250,8 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ours' attention on packed batches: dense masks through sdpa or eager, or flex_attention's block masks "
              "(CUDA only) (sdpa).")
     add("--compiled_runs", nargs="+", metavar="RUN",
-        help=f"The runs the compile section compiles: {' '.join(TRAINING_RUNS)} (packed: ours on packed batches, "
-             "with --packing); the others are measured eager only, for less compiling (every run).")
+        help=f"The runs compiled, in the compile section or with --compile: {' '.join(TRAINING_RUNS)} (packed: ours "
+             "on packed batches, with --packing); in the compile section the others are measured eager only, with "
+             "--compile not at all, for less compiling (every run).")
     add("--output", help="JSON file to write, replaced if it exists; written after each section, so an interrupted "
                          "run keeps what it measured (outputs/benchmarks/results-<device>[-quick]-<UTC time>.json, "
                          "a new file each run).")

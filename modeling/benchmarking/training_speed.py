@@ -275,13 +275,20 @@ def steps_by_shape(step_seconds: list[list[float]], unseen: list[bool]) -> dict:
     return {"median_step_seconds_unseen_shape": median(True), "median_step_seconds_seen_shape": median(False)}
 
 
+def skipped_runs(settings: BenchmarkSettings) -> tuple[str, ...]:
+    """The runs a compiled measurement leaves out: those --compiled_runs does not name (none without it, or eager)."""
+    if not settings.compile or settings.compiled_runs is None:
+        return ()
+    names = {"ours": "ours", "marian": "marian", **({PACKED: "packed"} if settings.packing else {})}
+    return tuple(run for run, name in names.items() if name not in settings.compiled_runs)
+
+
 def benchmark_training_loss(
-    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float,
-    skipped: tuple[str, ...] = (),
+    size: str, settings: BenchmarkSettings, lengths: PairLengths, peak_flops_per_s: float, label_smoothing: float
 ) -> dict:
-    """The figures of one loss for every run but those `skipped` (their figures are None; the compile section's
-    --compiled_runs)."""
+    """The figures of one loss for every run but those `skipped_runs` leaves out (their figures are None)."""
     device = torch.device(settings.device)
+    skipped = skipped_runs(settings)
     config = benchmark_config(size, settings.vocab_size, label_smoothing)
     padded = batch_lengths(lengths, settings.max_tokens, settings.steps, settings.seed, settings.pad_to_multiple_of)
     steps = dict.fromkeys(MODEL_NAMES, padded)  # each run's batches, as (source lengths, target lengths)
@@ -452,11 +459,8 @@ def benchmark_eager_or_compiled(
 ) -> dict:
     """The training section's figures of one loss, eager or (kind "compiled") through torch.compile: the compile
     section measures each kind as a part of its own, so a run stopped while compiling keeps the eager figures."""
-    compiled = settings.compiled_runs
-    skipped = () if kind == "eager" or compiled is None else tuple(
-        run for run, name in ((PACKED, "packed"), ("ours", "ours"), ("marian", "marian")) if name not in compiled)
     return benchmark_training_loss(size, dataclasses.replace(settings, compile=kind == "compiled"), lengths,
-                                   peak_flops_per_s, label_smoothing, skipped)
+                                   peak_flops_per_s, label_smoothing)
 
 
 def side_by_side(runs: dict) -> dict:
