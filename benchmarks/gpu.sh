@@ -26,10 +26,10 @@ started=$SECONDS
 out=${1:?usage: bash benchmarks/gpu.sh OUTPUT_DIR [MULTI30K_DIR]}
 data=${2:-data/multi30k}
 total=${TOTAL_SECONDS:-570}
-cd "$(dirname "$0")/.."
 mkdir -p "$out"
-out=$(cd "$out" && pwd)
+out=$(cd "$out" && pwd)  # both paths as given from here, before moving to the repository
 [ -d "$data" ] && data=$(cd "$data" && pwd) || echo "gpu.sh: no folder $data: the batches take synthetic Multi30k-like lengths"
+cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false \
     HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
