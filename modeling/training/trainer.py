@@ -33,18 +33,8 @@ def token_budget_sampler(dataset, args: TransformerTrainingArguments) -> TokenBu
     """The training batches of every process under `args.max_tokens`, padded or, with `args.packing`, packed
     (accelerate hands batch i to process i % num_processes). Raises ValueError when a pair alone exceeds the budget."""
     source_lengths, target_lengths = token_lengths(dataset)
-    if getattr(args, "packing", False):
-        return PackedBatchSampler(
-            source_lengths,
-            target_lengths,
-            args.max_tokens,
-            shuffle=True,
-            seed=args.data_seed if args.data_seed is not None else args.seed,
-            num_replicas=args.world_size,
-            rank=None,
-            pad_to_multiple_of=args.pad_to_multiple_of,
-        )
-    return TokenBudgetBatchSampler(
+    sampler = PackedBatchSampler if getattr(args, "packing", False) else TokenBudgetBatchSampler
+    return sampler(
         source_lengths,
         target_lengths,
         args.max_tokens,
