@@ -25,7 +25,7 @@ from pathlib import Path
 
 import transformers
 
-from modeling.common.command_line import OneLineErrorParser, positive_int
+from modeling.common.command_line import OneLineErrorParser, finite_float, positive_int
 from modeling.inference.evaluation import (
     default_output_dir,
     evaluate_model,
@@ -50,6 +50,8 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--target_lang", help="with --data_dir: the target language (e.g. en)")
     parser.add_argument("--output_dir", type=Path, help="where to write hypotheses.txt and results.json")
     parser.add_argument("--num_beams", type=positive_int, default=4, help="beam size (default 4)")
+    parser.add_argument("--length_penalty", type=finite_float, help="beam search divides a hypothesis's log-probability by "
+                        "its length to this power (default: the model's generate() settings, as trained: 1.0)")
     parser.add_argument("--max_new_tokens", type=positive_int, help="longest translation in tokens")
     parser.add_argument("--batch_size", type=positive_int, help="cap on sentences per batch (default 32 without "
                         "--max_tokens)")
@@ -83,7 +85,8 @@ def main(argv=None) -> None:
         if not progress:
             transformers.utils.logging.disable_progress_bar()  # its weight-loading bar
         results = evaluate_model(
-            args.model, test_set, output_dir, num_beams=args.num_beams, batch_size=args.batch_size,
+            args.model, test_set, output_dir, num_beams=args.num_beams, length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
             max_tokens=args.max_tokens, max_new_tokens=args.max_new_tokens, device=device, progress=progress,
         )
         record_evaluation(args.model, results, shlex.join(["python", "scripts/evaluate.py", *(argv or sys.argv[1:])]))

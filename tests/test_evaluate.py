@@ -147,6 +147,7 @@ def test_a_corpus_split_is_translated_scored_and_written_next_to_the_model(
                "--num_beams", "2", "--batch_size", "3")  # the loader's name for the same split
     again = json.loads((model_dir / "eval-test" / "results.json").read_text())
     assert {k: again[k] for k in ("bleu", "chrf")} == {k: results[k] for k in ("bleu", "chrf")}
+    assert results["length_penalty"] is None  # none given: the model's generate() settings'
 
     card = (model_dir / "README.md").read_text()  # a card made for the folder, with each evaluation once
     assert card.startswith(f"# {model_dir.name}\n") and card.count("## Evaluation: test_2016_flickr, beam 2") == 1
@@ -161,7 +162,8 @@ def test_files_whose_references_are_the_models_translations_score_100(model_dir,
     source.write_bytes(gzip.decompress((data_dir / "test_2016_flickr.de.gz").read_bytes()))
     first, second = tmp_path / "first", tmp_path / "second"
     run_script(monkeypatch, model_dir, "--source", source, "--reference", source, "--output_dir", first,
-               "--num_beams", "1")
+               "--num_beams", "1", "--length_penalty", "0.6")  # recorded (greedy search has no use for it)
+    assert json.loads((first / "results.json").read_text())["length_penalty"] == 0.6
     hypotheses = first / "hypotheses.txt"
     assert sum(len(line.split()) >= 4 for line in hypotheses.read_text().splitlines()) >= 4
     run_script(monkeypatch, model_dir, "--source", source, "--reference", hypotheses, "--output_dir", second,
@@ -200,6 +202,8 @@ BAD_ARGUMENTS = {
                       r"--split 'test_2017' not found in .*; it has \['train', 'validation', 'test'\]"),
     "beams 0": (["--data_dir", "{data}", "--num_beams", "0"], "argument --num_beams: must be >= 1, got 0"),
     "max_tokens 0": (["--data_dir", "{data}", "--max_tokens", "0"], "argument --max_tokens: must be >= 1, got 0"),
+    "length penalty nan": (["--data_dir", "{data}", "--length_penalty", "nan"],
+                           "argument --length_penalty: expected a finite number, got 'nan'"),
     "output is a file": (["--source", "{tmp}/s.txt", "--reference", "{tmp}/s.txt", "--output_dir", "{tmp}/s.txt"],
                          r"--output_dir .*s\.txt is a file"),
     "output over the source": (["--source", "{tmp}/ev/hypotheses.txt", "--reference", "{tmp}/s.txt", "--output_dir",

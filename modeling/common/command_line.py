@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -24,6 +25,17 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
+def finite_float(value: str) -> float:
+    """argparse type: a finite number (negative allowed)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {value!r}")
     return number
 
 
@@ -88,6 +100,6 @@ def write_lines(lines: Iterable[str], path: Path | None = None) -> None:
 
 
 __all__ = [
-    "OneLineErrorParser", "check_output_file", "check_utf8_arguments", "positive_int", "read_stdin_lines",
-    "write_lines",
+    "OneLineErrorParser", "check_output_file", "check_utf8_arguments", "finite_float", "positive_int",
+    "read_stdin_lines", "write_lines",
 ]

@@ -272,6 +272,7 @@ def evaluate_model(
     output_dir: str | os.PathLike,
     *,
     num_beams: int = 4,
+    length_penalty: float | None = None,
     batch_size: int | None = None,
     max_tokens: int | None = None,
     max_new_tokens: int | None = None,
@@ -279,15 +280,17 @@ def evaluate_model(
     progress: bool = False,
 ) -> dict:
     """Translate the test set's sources with the model folder (see `modeling.inference.translation.translate` for the
-    options), score against its references (`corpus_scores`, lowercased BLEU included) and write
-    `output_dir/hypotheses.txt` (one line per source line) and `output_dir/results.json`. Returns the results:
-    scores, signatures, model, test set, beam size, number of sentences and the seconds spent translating."""
+    options; `length_penalty`, when given, replaces the model's generate() settings' one), score against its references
+    (`corpus_scores`, lowercased BLEU included) and write `output_dir/hypotheses.txt` (one line per source line) and
+    `output_dir/results.json`. Returns the results: scores, signatures, model, test set, beam size, the length penalty
+    given (None: the model's), number of sentences and the seconds spent translating."""
     check_output_dir(output_dir, test_set)
     loaded, tokenizer, target_tokenizer = load_translation_model(model, device=device)
+    generate_kwargs = {} if length_penalty is None else {"length_penalty": length_penalty}
     start = time.perf_counter()
     hypotheses = translate(
         test_set.sources, loaded, tokenizer, target_tokenizer, num_beams=num_beams, batch_size=batch_size,
-        max_tokens=max_tokens, max_new_tokens=max_new_tokens, progress=progress,
+        max_tokens=max_tokens, max_new_tokens=max_new_tokens, progress=progress, **generate_kwargs,
     )
     seconds = time.perf_counter() - start
     scores, signatures = corpus_scores(hypotheses, test_set.references, lowercase_bleu=True)
@@ -297,6 +300,7 @@ def evaluate_model(
         "test_set": test_set.origin,
         "sentences": len(test_set.sources),
         "num_beams": num_beams,
+        "length_penalty": length_penalty,
         "max_new_tokens": max_new_tokens,
         "device": str(loaded.device),
         "seconds": round(seconds, 2),
