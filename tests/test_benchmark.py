@@ -276,6 +276,7 @@ def test_sdpa_kernels_counts_each_calls_kernel_and_a_choice_torch_cannot_give_co
         torch.testing.assert_close(losses[-1], plain, rtol=0, atol=0)
 
 
+@pytest.mark.slow  # about 30 s: a benchmark run per backend
 def test_sdpa_backends_limit_the_kernels_and_the_training_section_records_those_sdpa_chose(tmp_path):
     """--sdpa_backends: both models' SDPA in every measuring process (the fresh ones included) may choose only the
     named kernels, which the environment records, and each model's first epoch records the kernel SDPA chose for
@@ -918,6 +919,7 @@ def test_packing_settings_and_their_errors():
         parse("--packing", "--packed_attention", "flex_attention")
 
 
+@pytest.mark.slow  # compiles
 def test_compiled_runs_leave_the_others_out_and_the_table_shows_them_as_not_measured(tmp_path, monkeypatch):
     """--compile --compiled_runs marian: Marian compiled alone (benchmarks/gpu.sh's third step), ours left out."""
     monkeypatch.setattr(measure, "run_in_fresh_process", lambda function, *args: function(*args))

@@ -92,6 +92,7 @@ def test_generate_compiles_the_static_cache_decoding_step_whole_and_gives_eagers
 # ---- compiled training through the Trainer --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a launch that compiles (CI runs it with -m slow, and on the AMD path in its own step)
 def test_compiled_training_pads_to_buckets_reports_its_compile_time_and_checks_ids_on_the_host(tmp_path):
     """Under `accelerate launch`, as the recipes run: the launcher writes ACCELERATE_DYNAMO_USE_DYNAMIC=False, with
     which the Trainer compiled a static graph per batch shape (5 graphs in these 24 steps); the run undoes it."""
@@ -111,6 +112,7 @@ def test_compiled_training_pads_to_buckets_reports_its_compile_time_and_checks_i
     assert len(losses) == 24 and losses[-1] < losses[0] / 2  # it trained
 
 
+@pytest.mark.slow  # the default run has test_benchmark.py's regional compilation in this process
 def test_regional_compilation_through_accelerate_launch_trains_and_saves_plain_weights(tmp_path):
     """`accelerate launch --dynamo_use_regional_compilation ... --torch_compile` (docs/training.md): each layer kind
     compiles on its own, and the saved weights carry the model's own names."""

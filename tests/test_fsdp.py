@@ -132,7 +132,7 @@ def shard_and_train(share: bool, norm_first: bool, folder) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("norm_first", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_fsdp2_shards_the_tied_matrix_once_and_trains_on_after_an_evaluation_and_a_save(norm_first, tmp_path):
     result = shard_and_train(share=True, norm_first=norm_first, folder=tmp_path / "sharded")
     # saved from the sharded model, the folder holds the same code as one saved from a model never sharded (not

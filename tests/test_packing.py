@@ -393,6 +393,7 @@ def trained(output_dir, *extra, launch=("--num_processes", "1")):
     return losses, json.loads((output_dir / "train_results.json").read_text())
 
 
+@pytest.mark.slow  # the default run has the one-graph test in this process
 def test_packed_compiled_training_through_accelerate_launch_compiles_one_graph_for_the_whole_run(tmp_path):
     """`accelerate launch scripts/train.py --packing --torch_compile`: every training batch has the grid's one shape,
     so the run compiles one graph, and the evaluations between its steps (padded batches, generate()) compile none

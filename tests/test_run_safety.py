@@ -678,13 +678,14 @@ def assert_same_weights(resumed: Path, expected: Path) -> None:
 
 @pytest.mark.parametrize("variant", [
     pytest.param([], id="one-process"),
-    pytest.param(["--gradient_accumulation_steps", "2"], id="gradient-accumulation"),
-    pytest.param("two-processes", id="two-processes"),
+    # slow (the default run keeps the one-process kill and the two-process stop signal): CI runs them with -m slow
+    pytest.param(["--gradient_accumulation_steps", "2"], id="gradient-accumulation", marks=pytest.mark.slow),
+    pytest.param("two-processes", id="two-processes", marks=pytest.mark.slow),
 ])
-def test_a_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, variant):
+def test_a_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, variant,
+                                                                                         straight_runs):
     launcher, extra = (TWO_PROCESSES, []) if variant == "two-processes" else ((), variant)
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    finished(start_training(straight, *extra, launcher=launcher))
+    straight, killed = straight_runs(*extra, launcher=launcher), tmp_path / "killed"
 
     kill_after(start_training(killed, *extra, launcher=launcher), killed / "checkpoint-8")
     assert not (killed / "model.safetensors").exists(), "the run finished before it was killed"
@@ -701,6 +702,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_uninterrup
     assert_same_weights(killed, straight)
 
 
+@pytest.mark.slow  # the default run's kill and stop tests compare runs that both evaluate
 def test_evaluation_leaves_the_training_unchanged(tmp_path):
     """Evaluating draws from no generator training uses: a run evaluating every 4 steps ends with the weights of one
     that does not evaluate."""
@@ -764,7 +766,11 @@ def checkpoint_names(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.glob("checkpoint-*"))
 
 
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT], ids=lambda number: number.name)
+@pytest.mark.parametrize("number", [  # SIGUSR1 and Ctrl-C take SIGTERM's path (StopSignals): slow, for CI's -m slow
+    signal.SIGTERM,
+    pytest.param(signal.SIGUSR1, marks=pytest.mark.slow),
+    pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+], ids=lambda number: number.name)
 def test_a_stop_signal_saves_its_step_and_the_resumed_run_ends_as_an_uninterrupted_one(tmp_path, straight_runs,
                                                                                       number):
     """Stopped between two saves, the run saves the step it finished, says so in one line, leaves the resume command
@@ -795,6 +801,7 @@ def test_a_stop_signal_saves_its_step_and_the_resumed_run_ends_as_an_uninterrupt
     assert_same_weights(run_dir, straight)
 
 
+@pytest.mark.slow  # two processes (the default run trains two in test_train.py, and stops on one signal here)
 def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path, straight_runs):
     straight, run_dir = straight_runs(launcher=TWO_PROCESSES), tmp_path / "stopped"
     process = start_training(run_dir, launcher=TWO_PROCESSES)
@@ -807,6 +814,7 @@ def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path, straig
     assert_same_weights(run_dir, straight)
 
 
+@pytest.mark.slow
 def test_a_stop_between_the_saves_of_save_strategy_best_saves_its_step_all_the_same(tmp_path):
     """--save_strategy best saves only a new best: the stop's step, which the Trainer did not save, is saved then."""
     run_dir = tmp_path / "stopped"
@@ -816,6 +824,7 @@ def test_a_stop_between_the_saves_of_save_strategy_best_saves_its_step_all_the_s
     assert checkpoint_problem(run_dir / f"checkpoint-{step}") is None
 
 
+@pytest.mark.slow  # Ctrl-C's variants (the default run stops with SIGTERM)
 def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     process = start_training(tmp_path / "run")
     signal_after(process, tmp_path / "run" / "checkpoint-4", signal.SIGINT)
@@ -843,7 +852,7 @@ def test_a_signal_no_process_can_catch_is_refused(tmp_path, name):
 # ---- a full disk during a save -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("failing", ["weights", "optimizer"])
+@pytest.mark.parametrize("failing", ["weights", pytest.param("optimizer", marks=pytest.mark.slow)])
 def test_a_full_disk_during_a_save_stops_the_run_in_one_line_and_loses_nothing(tmp_path, monkeypatch, capsys, failing,
                                                                                straight_runs):
     """ENOSPC while checkpoint-8's weights or optimizer state are written: the run stops naming the folder and the

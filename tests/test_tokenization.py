@@ -306,6 +306,7 @@ def test_cli_the_smallest_vocabulary_learns_no_merge_and_is_saved(tmp_path):
     assert json.loads((tmp_path / "tok" / "tokenizer.json").read_text())["model"]["merges"] == []
 
 
+@pytest.mark.slow  # a fresh process (the same refusal in this one: test_cli_refuses_bad_arguments_on_one_line_...)
 def test_cli_missing_data_dir_is_one_line_without_a_traceback(tmp_path):
     import os
     import subprocess

@@ -28,6 +28,7 @@ from launch_helpers import (
     SCRIPT_ENV,
     TRAIN_SCRIPT,
     accelerate_launch,
+    load_script,
     score_in_a_fresh_process,
 )
 from safetensors.torch import load_file
@@ -123,6 +124,7 @@ def test_uploaded_contents_load_with_auto_classes_in_a_fresh_process_and_reprodu
     assert fresh["exact_match"] == pytest.approx(reported["eval_exact_match"], abs=1e-3)
 
 
+@pytest.mark.slow  # two processes
 def test_a_refusal_by_the_first_of_two_processes_stops_both_with_its_one_line(ddp_run, tmp_path):
     """The first process checks the data and takes the run's lock before the others read the tokenizer it saved; its
     refusal (here: another process holds the lock) stops the other too, which used to go on alone with the earlier
@@ -980,16 +982,28 @@ def test_unknown_flags_are_argparse_errors_on_one_line(capsys):
     assert capsys.readouterr().err == "train.py: error: unrecognized arguments: --d_modle 32\n"
 
 
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (["--preset", "huge"], "--preset huge: Unknown model preset 'huge'; choose one of ['base', 'big', 'tiny']"),
-        (["--attention_heads", "7"], "--attention_heads 7: `d_model` (64) must be divisible"),
-        (["--max_tokens", "8"], "--max_tokens 8 is too small for the training data"),  # after tokenizer training
-        (["--max_stepz", "8"], "unrecognized arguments: --max_stepz 8"),  # argparse's own
-    ],
-)
-def test_command_line_reports_bad_arguments_on_one_line_with_status_2(tmp_path, extra, message):
+BAD_ARGUMENTS = [
+    (["--preset", "huge"], "--preset huge: Unknown model preset 'huge'; choose one of ['base', 'big', 'tiny']"),
+    (["--attention_heads", "7"], "--attention_heads 7: `d_model` (64) must be divisible"),
+    (["--max_tokens", "8"], "--max_tokens 8 is too small for the training data"),  # after tokenizer training
+    (["--max_stepz", "8"], "unrecognized arguments: --max_stepz 8"),  # argparse's own
+]
+
+
+@pytest.mark.parametrize("extra, message", BAD_ARGUMENTS)
+def test_bad_arguments_are_one_line_with_status_2_and_nothing_written(tmp_path, extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("train").main([*extra, "--output_dir", str(tmp_path / "out"), "--disable_tqdm", "true"])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    errors = [line for line in stderr.splitlines() if line.startswith("train.py: error: ")]
+    assert len(errors) == 1 and message in errors[0], stderr
+    assert "usage:" not in stderr and not (tmp_path / "out").exists()
+
+
+def test_the_command_line_reports_a_bad_argument_on_one_line_with_status_2(tmp_path):
+    """The real exit status and standard error of a refusal found after the tokenizer is trained."""
+    extra, message = BAD_ARGUMENTS[2]
     result = subprocess.run(
         [sys.executable, str(TRAIN_SCRIPT), *extra, "--output_dir", str(tmp_path / "out"), "--disable_tqdm", "true"],
         cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV}, capture_output=True, text=True, timeout=300,
@@ -1001,6 +1015,7 @@ def test_command_line_reports_bad_arguments_on_one_line_with_status_2(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # a launch (the check itself: test_fp16_on_the_cpu_is_refused_rather_than_silently_run_in_fp32)
 def test_accelerate_launch_with_fp16_on_the_cpu_stops_before_training(tmp_path):
     result = accelerate_launch(
         ["--num_processes", "1", "--mixed_precision", "fp16"], ["--output_dir", str(tmp_path / "out")],
