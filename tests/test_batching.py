@@ -8,6 +8,7 @@ from transformers import DataCollatorForSeq2Seq
 
 from modeling.data.batching import TokenBudgetBatchSampler, batch_cost, pad_length, padding_stats, token_lengths
 from modeling.data.corpus import synthetic_task_dataset, tokenize_pairs
+from modeling.data.packing import PackedBatchSampler
 from modeling.tokenization import train_tokenizer
 
 
@@ -67,12 +68,14 @@ def test_epochs_shuffle_batch_order_deterministically_from_the_seed():
     assert all(source[a].max() <= source[b].min() for a, b in zip(fixed.batches, fixed.batches[1:]))
 
 
-def test_rank_none_with_accelerate_sharding_gives_the_same_shares():
+@pytest.mark.parametrize("sampler", [TokenBudgetBatchSampler, PackedBatchSampler])
+def test_rank_none_with_accelerate_sharding_gives_the_same_shares(sampler):
+    """Padded batches and packed grids alike: accelerate's sharding of all the batches gives each process its own."""
     source, target = random_lengths()
-    everything = TokenBudgetBatchSampler(source, target, 1000, seed=2, num_replicas=2, rank=None)
+    everything = sampler(source, target, 1000, seed=2, num_replicas=2, rank=None)
     everything.set_epoch(3)
     for rank in range(2):
-        own = TokenBudgetBatchSampler(source, target, 1000, seed=2, num_replicas=2, rank=rank)
+        own = sampler(source, target, 1000, seed=2, num_replicas=2, rank=rank)
         own.set_epoch(3)
         sharded = BatchSamplerShard(everything, num_processes=2, process_index=rank)
         assert list(sharded) == list(own) and len(sharded) == len(own)

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from accelerate.data_loader import BatchSamplerShard
 from launch_helpers import QUICK, accelerate_launch
 from model_helpers import VOCAB, generating_model, padded_batch, tiny_model
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -90,17 +89,6 @@ def test_epochs_shuffle_the_batch_order_deterministically_from_the_seed():
     epoch1 = list(first)
     assert epoch1 != epoch0 and sorted(map(tuple, epoch1)) == sorted(map(tuple, epoch0))
     assert PackedBatchSampler(source, target, 1024, seed=4).batches != first.batches
-
-
-def test_rank_none_with_accelerate_sharding_gives_the_same_shares():
-    source, target = random_lengths()
-    everything = PackedBatchSampler(source, target, 1024, seed=2, num_replicas=2, rank=None)
-    everything.set_epoch(3)
-    for rank in range(2):
-        own = PackedBatchSampler(source, target, 1024, seed=2, num_replicas=2, rank=rank)
-        own.set_epoch(3)
-        sharded = BatchSamplerShard(everything, num_processes=2, process_index=rank)
-        assert list(sharded) == list(own) and len(sharded) == len(own)
 
 
 def test_the_collated_grid():
