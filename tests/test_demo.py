@@ -30,7 +30,7 @@ from packaging.requirements import Requirement  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import modeling.inference.demo as demo_module  # noqa: E402
-import modeling.inference.space as space_module  # noqa: E402
+import modeling.inference.hub as hub_module  # noqa: E402
 from modeling.data.corpus import synthetic_task_dataset  # noqa: E402
 from modeling.inference.attention_plots import load_attention_model, sentence_attention  # noqa: E402
 from modeling.inference.demo import AVERAGE, TranslationDemo  # noqa: E402
@@ -364,7 +364,7 @@ def test_push_to_hub_space_refuses_what_it_cannot_do_in_one_line(main_job_folder
 def test_push_space_to_hub_creates_a_gradio_space_and_sends_the_space_in_one_commit(main_job_folder, monkeypatch):
     calls = []
 
-    class RecordingApi:  # huggingface_hub's HfApi, as far as push_space_to_hub uses it
+    class RecordingApi:  # huggingface_hub's HfApi, as far as push_space_to_hub uses it (through commit_to_hub)
         def __init__(self, **kwargs):
             calls.append(("init", kwargs))
 
@@ -376,7 +376,7 @@ def test_push_space_to_hub_creates_a_gradio_space_and_sends_the_space_in_one_com
             calls.append(("create_commit", kwargs))
             return "committed"
 
-    monkeypatch.setattr(space_module, "HfApi", RecordingApi)
+    monkeypatch.setattr(hub_module, "HfApi", RecordingApi)
     assert push_space_to_hub(main_job_folder, "you/copy-demo", token="t") == "committed"
     (_, created, options), (_, commit) = calls[1], calls[2]
     assert created == "you/copy-demo" and options["repo_type"] == "space" and options["space_sdk"] == "gradio"

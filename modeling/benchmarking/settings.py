@@ -88,30 +88,23 @@ class BenchmarkSettings:
     output: str
 
     def __post_init__(self):
-        for name, value, choices in (
-            ("sizes", self.sizes, SIZES), ("sections", self.sections, SECTIONS), ("caches", self.caches, CACHES)
+        for name, choices, optional in (
+            ("sizes", SIZES, False), ("sections", SECTIONS, False), ("caches", CACHES, False),
+            ("sdpa_backends", SDPA_BACKENDS, True), ("compiled_runs", TRAINING_RUNS, True),
         ):
-            unknown = [item for item in value if item not in choices]
-            if unknown or not value:
+            value = getattr(self, name)
+            if optional and value is None:
+                continue
+            if not value or any(item not in choices for item in value):
                 raise ValueError(f"{flag(name)} {_shown(value)}: choose one or more of {list(choices)}.")
-        if self.sdpa_backends is not None:
-            unknown = [item for item in self.sdpa_backends if item not in SDPA_BACKENDS]
-            if unknown or not self.sdpa_backends:
-                raise ValueError(f"--sdpa_backends {_shown(self.sdpa_backends)}: choose one or more of "
-                                 f"{list(SDPA_BACKENDS)}.")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: choose one of {list(DEVICES)}.")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda, but torch sees no CUDA GPU; use --device cpu.")
         if self.packed_attention not in PACKED_ATTENTION:
             raise ValueError(f"--packed_attention {self.packed_attention!r}: choose one of {list(PACKED_ATTENTION)}.")
-        if self.compiled_runs is not None:
-            unknown = [item for item in self.compiled_runs if item not in TRAINING_RUNS]
-            if unknown or not self.compiled_runs:
-                raise ValueError(f"--compiled_runs {_shown(self.compiled_runs)}: choose one or more of "
-                                 f"{list(TRAINING_RUNS)}.")
-            if "packed" in self.compiled_runs and not self.packing:
-                raise ValueError("--compiled_runs packed needs --packing (ours on packed batches).")
+        if self.compiled_runs is not None and "packed" in self.compiled_runs and not self.packing:
+            raise ValueError("--compiled_runs packed needs --packing (ours on packed batches).")
         if self.packing and self.packed_attention == "flex_attention" and self.device == "cpu":
             raise ValueError("--packed_attention flex_attention trains on CUDA only (FlexAttention has no backward on "
                              "a CPU); on a CPU use sdpa or eager.")

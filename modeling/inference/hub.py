@@ -134,25 +134,46 @@ def push_folder_to_hub(
     if problem is not None:
         raise ValueError(problem)
     operations = hub_commit_operations(folder, repo_id)
+    return commit_to_hub(
+        repo_id, operations, what=str(folder), token=token, endpoint=endpoint, private=private,
+        commit_message=commit_message, revision=revision,
+        advice=f"The model is saved locally in {folder} ({len(operations)} files). Upload it later with "
+               f"`python scripts/push_to_hub.py {folder} {repo_id}` once the Hub is reachable and you are logged in "
+               "(`hf auth login`).",
+    )
+
+
+def commit_to_hub(
+    repo_id: str,
+    operations: list,
+    *,
+    what: str,
+    advice: str,
+    commit_message: str,
+    repo_type: str = "model",
+    revision: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    private: bool | None = None,
+    **create_repo_kwargs,
+):
+    """Create the repo `repo_id` if needed (and the branch `revision`) and commit `operations` to it; returns the
+    commit info. Any failure raises `HubUploadError`: "Could not push `what` ...", the error, then `advice`."""
     api = HfApi(token=token, endpoint=endpoint)
     try:
-        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type, **create_repo_kwargs)
         if revision is not None:
-            api.create_branch(repo_url.repo_id, branch=revision, exist_ok=True)
-        return api.create_commit(
-            repo_id=repo_url.repo_id, operations=operations, commit_message=commit_message, revision=revision
-        )
+            api.create_branch(repo_url.repo_id, branch=revision, exist_ok=True, repo_type=repo_type)
+        return api.create_commit(repo_id=repo_url.repo_id, repo_type=repo_type, operations=operations,
+                                 commit_message=commit_message, revision=revision)
     except Exception as error:  # network, authentication and HTTP errors all end the same way
         raise HubUploadError(
-            f"Could not push {folder} to the Hub as {repo_id!r}: {type(error).__name__}: {error}\n"
-            f"The model is saved locally in {folder} ({len(operations)} files). Upload it later with "
-            f"`python scripts/push_to_hub.py {folder} {repo_id}` once the Hub is reachable and you are logged in "
-            "(`hf auth login`)."
+            f"Could not push {what} to the Hub as {repo_id!r}: {type(error).__name__}: {error}\n{advice}"
         ) from error
 
 
 __all__ = [
-    "HUB_IGNORE_PATTERNS", "MODEL_FOLDER_PATTERNS", "MODEL_SUBFOLDER_PATTERNS", "HubUploadError",
+    "HUB_IGNORE_PATTERNS", "MODEL_FOLDER_PATTERNS", "MODEL_SUBFOLDER_PATTERNS", "HubUploadError", "commit_to_hub",
     "hub_commit_operations", "hub_model_card", "hub_upload_files", "other_files", "push_folder_to_hub",
     "upload_problem",
 ]

@@ -20,14 +20,14 @@ import json
 import os
 from pathlib import Path
 
-from huggingface_hub import CommitOperationAdd, HfApi, SpaceCard, SpaceCardData
+from huggingface_hub import CommitOperationAdd, SpaceCard, SpaceCardData
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from .. import __file__ as PACKAGE_INIT
 from ..pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from .example_sentences import example_sentences
-from .hub import HubUploadError, hub_upload_files, upload_problem
+from .hub import commit_to_hub, hub_upload_files, upload_problem
 from .model_card import MODEL_CARD_NAME, load_card
 
 PACKAGE_DIR = Path(PACKAGE_INIT).resolve().parent  # modeling/
@@ -223,18 +223,13 @@ def push_space_to_hub(
     files = files if files is not None else space_files(model_dir, repo_id)
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(content) if isinstance(content, Path)
                                      else content.encode("utf-8")) for name, content in files.items()]
-    api = HfApi(token=token, endpoint=endpoint)
-    try:
-        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="space", space_sdk="gradio")
-        return api.create_commit(repo_id=repo_url.repo_id, repo_type="space", operations=operations,
-                                 commit_message=commit_message)
-    except Exception as error:  # network, authentication and HTTP errors all end the same way
-        raise HubUploadError(
-            f"Could not push the Space of {model_dir} to the Hub as {repo_id!r}: {type(error).__name__}: {error}\n"
-            f"The model folder is unchanged. Write the Space to a folder with `python scripts/push_to_hub.py "
-            f"{model_dir} {repo_id} --space --dry_run --space_dir FOLDER`, or push again once the Hub is reachable and "
-            "you are logged in (`hf auth login`)."
-        ) from error
+    return commit_to_hub(
+        repo_id, operations, what=f"the Space of {model_dir}", repo_type="space", space_sdk="gradio", token=token,
+        endpoint=endpoint, private=private, commit_message=commit_message,
+        advice=f"The model folder is unchanged. Write the Space to a folder with `python scripts/push_to_hub.py "
+               f"{model_dir} {repo_id} --space --dry_run --space_dir FOLDER`, or push again once the Hub is reachable "
+               "and you are logged in (`hf auth login`).",
+    )
 
 
 __all__ = [

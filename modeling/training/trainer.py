@@ -33,7 +33,7 @@ def token_budget_sampler(dataset, args: TransformerTrainingArguments) -> TokenBu
     """The training batches of every process under `args.max_tokens`, padded or, with `args.packing`, packed
     (accelerate hands batch i to process i % num_processes). Raises ValueError when a pair alone exceeds the budget."""
     source_lengths, target_lengths = token_lengths(dataset)
-    sampler = PackedBatchSampler if getattr(args, "packing", False) else TokenBudgetBatchSampler
+    sampler = PackedBatchSampler if args.packing else TokenBudgetBatchSampler
     return sampler(
         source_lengths,
         target_lengths,
