@@ -10,7 +10,7 @@ notebooks current.
 
 Every picture is drawn by the package's own code (modeling/learning/figures.py) and saved with the data it plots
 (`<name>.json`), which `--check` compares with what the code draws now; the one of the copy task trains its tiny
-model first (about 15 s on a CPU core). The page's code blocks between `<!-- excerpt: NAME -->` and
+model first (seconds on a CPU core). The page's code blocks between `<!-- excerpt: NAME -->` and
 `<!-- /excerpt -->` are the live source of NAME, and those between `<!-- output: NAME -->` and `<!-- /output -->`
 what the cell above them prints; the notebooks are made from the page (tools/annotated_page/: repository tools, not
 installed).

@@ -127,10 +127,13 @@ class Server:
 # install nor a path into the checkout): only the Space's own copy of the page's code, beside app.py.
 SPACE_RUN = textwrap.dedent(
     """
-    import importlib.util, runpy, sys
+    import importlib.util, os, runpy, sys
     repository, space = sys.argv[1], sys.argv[2]
+    # the checkout's own import paths and editable finders go; the interpreter's (a venv inside the checkout) stay
+    own = os.path.realpath(repository)
     sys.meta_path[:] = [finder for finder in sys.meta_path if "editable" not in getattr(finder, "__module__", "")]
-    sys.path[:] = [space] + [path for path in sys.path if "editable" not in path and not path.startswith(repository)]
+    sys.path[:] = [space] + [path for path in sys.path
+                             if "__editable__" not in path and os.path.realpath(path or os.getcwd()) != own]
     origin = importlib.util.find_spec("modeling").origin
     assert origin.startswith(space + "/"), f"modeling imported from {origin}, not from the Space"
     sys.argv = ["app.py"]

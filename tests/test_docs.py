@@ -82,3 +82,45 @@ def test_the_build_words_check_finds_an_inserted_word(tmp_path):
     (tmp_path / "tests" / "test_x.py").write_text("# data from ../shared/data\n")  # tests may name it
     (tmp_path / "scripts.py").write_text("HELP = 'a release, please'\n")  # no word, only letters of one
     assert build_words(tmp_path) == ["configs/recipe.yaml:2: lease"]
+
+
+# What a results file may not hold: the machinery around a measurement (time-limit variables of a runner, scripts
+# that are not the project's, absolute paths of the machine it ran on), as against the command that produced it.
+MACHINERY = re.compile(r"\b[A-Z_]+_S=\d+|session\.sh|stage\.sh|benchmarks/device/|(?<![\w.$])/(?:tmp|work|root|home)/")
+NAMED_FILE = re.compile(r"(?<![\w./$-])((?:scripts|benchmarks|tools)/[\w./-]+\.(?:py|sh))\b")
+
+
+def machinery(root: Path) -> list[str]:
+    """"file: what" for each piece of machinery in a results JSON of `root/benchmarks`, and each script it names that
+    the repository does not hold."""
+    found = []
+    for path in sorted((root / "benchmarks").glob("*.json")):
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.name}: {match.group()}" for match in MACHINERY.finditer(text)]
+        found += [f"{path.name}: names {name}, which does not exist" for name in dict.fromkeys(NAMED_FILE.findall(text))
+                  if not (root / name).is_file()]
+    return found
+
+
+def test_results_files_record_commands_not_the_machinery_around_them():
+    assert machinery(ROOT) == []
+
+
+def test_the_machinery_check_finds_a_runner_variable_a_path_and_a_missing_script(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text("")
+    (tmp_path / "benchmarks" / "results-x.json").write_text(
+        '{"how": "LEASE_S=700 python scripts/train.py --output_dir /tmp/run", "then": "scripts/gone.py",'
+        ' "data": "$TMPDIR/corpus", "ok": "python scripts/train.py --output_dir outputs/run"}')
+    assert machinery(tmp_path) == ["results-x.json: LEASE_S=700", "results-x.json: /tmp/",
+                                   "results-x.json: names scripts/gone.py, which does not exist"]
+
+
+def test_the_readme_and_the_data_page_show_the_download_command_that_train_py_prints():
+    """One command gets Multi30k: the one a missing --data_dir prints, as the README and docs/data.md show it."""
+    from modeling.data.corpus import MULTI30K_DOWNLOAD
+
+    for page in (README, ROOT / "docs" / "data.md"):
+        shown = re.search(r"^(mkdir -p data/multi30k .*\\\n.*)$", page.read_text(), flags=re.M)
+        assert shown and " ".join(shown[1].replace("\\\n", " ").split()) == MULTI30K_DOWNLOAD, page.name

@@ -1,6 +1,9 @@
 """Every figure in README.md, docs/*.md and model_card.md is what the JSON in benchmarks/ renders, and the check that
 says so fails on a stale table, an unknown table, a broken marker and a missing benchmarks JSON named in a document."""
 
+import contextlib
+import dataclasses
+import io
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +21,7 @@ from tools.figures import (
     render_table,
     update_documents,
 )
+from tools.figures.sources import check_sources
 
 
 
@@ -75,7 +79,7 @@ def test_an_edited_table_fails_the_check_naming_its_block(copy, render_figures, 
 
 def test_a_changed_json_makes_its_blocks_stale(copy):
     recipes = copy / "benchmarks" / "results-recipes-cpu.json"
-    recipes.write_text(recipes.read_text(encoding="utf-8").replace('"bleu": 41.52', '"bleu": 41.62'), encoding="utf-8")
+    recipes.write_text(recipes.read_text(encoding="utf-8").replace('"bleu": 41.84', '"bleu": 41.62'), encoding="utf-8")
     stale = {re.search(r"block '([^']+)'", problem)[1] for problem in check_documents(copy, model_card=False)}
     assert {"recipes", "model-card"} <= stale
     changed, problems = update_documents(copy, model_card=False)
@@ -126,3 +130,71 @@ def test_configs_state_no_scores():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             comment = line.partition("#")[2]
             assert not score.search(comment), f"{path.name}:{number} states a score: {comment.strip()}"
+
+
+# ---- every measured figure a user reads has a source ----------------------------------------------------------------
+
+
+def without_options(help_text: str, names: set[str]) -> str:
+    """`help_text` without the entries of the options `names` (an entry: its `  --name` line and the more indented
+    lines under it)."""
+    kept, skipping = [], False
+    for line in help_text.splitlines():
+        if re.match(r"  -", line):
+            skipping = re.match(r"  --(\w+)", line) is not None and re.match(r"  --(\w+)", line)[1] in names
+        elif not line.startswith("   "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+def script_help_texts() -> dict[str, str]:
+    """scripts/NAME.py -> what `NAME.py --help` prints, each script's main() called in this process; train.py's
+    without the entries it inherits unchanged from transformers' Seq2SeqTrainingArguments (transformers' words)."""
+    from transformers import Seq2SeqTrainingArguments
+
+    from modeling.training.arguments import TransformerTrainingArguments
+
+    ours = set(TransformerTrainingArguments.__annotations__)
+    inherited = {field.name for field in dataclasses.fields(Seq2SeqTrainingArguments)} - ours
+    texts = {}
+    for path in sorted((REPOSITORY / "scripts").glob("*.py")):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), pytest.raises(SystemExit):
+            load_script(path.stem).main(["--help"])
+        text = printed.getvalue()
+        texts[f"scripts/{path.name}"] = without_options(text, inherited) if path.stem == "train" else text
+    return texts
+
+
+def test_every_measured_figure_a_user_reads_has_a_source():
+    """README.md, docs/ (the experiments' log aside), the recipes' comments and every script's --help (model_card.md
+    is rendered whole, above):
+    a time, a percentage, a ratio or a size is rendered from JSON or followed by a source note that matches it."""
+    texts = script_help_texts()
+    assert len(texts) >= 13 and all("usage:" in text for text in texts.values())
+    assert check_sources(REPOSITORY, texts) == []
+
+
+def test_the_source_check_names_a_figure_without_source_and_one_that_differs(copy):
+    json_pointer = "results-recipes-cpu.json#/runs/multi30k_de_en_cpu-0.2.0/training_seconds"
+    (copy / "docs" / "notes.md").write_text(
+        f"Training took 1,561 s<!-- source: {json_pointer} --> on 2 cores.\n"  # right
+        f"Training took 26.0 min<!-- source: {json_pointer} / 60 -->.\n"  # right, converted
+        f"It took 25 min<!-- source: {json_pointer} / 60 -->, the copy task about 30 s.\n"  # wrong, then none
+        "A step costs at most 2 s and packing should reach at least 2x; the recipe trains 2,400 steps.\n"  # bounds
+        "| seconds | 5 s |\n| --- | --- |\n| 3 | 4 |\n"  # a table's header row; its rows are figures (no unit)
+        "`--stop_time_hours 0.25` (15 minutes)\n",
+        encoding="utf-8",
+    )
+    assert [problem for problem in check_sources(copy) if problem.startswith("docs/notes.md")] == [
+        "docs/notes.md: line 3: '25 min' is not what its source holds (26.0167)",
+        "docs/notes.md: line 3: '30 s' has no source (a rendered block, or '<!-- source: FILE.json#/pointer -->' "
+        "right after it)",
+        "docs/notes.md: line 8: '15 minutes' has no source (a rendered block, or '<!-- source: FILE.json#/pointer -->' "
+        "right after it)",
+    ]
+    assert check_sources(copy, {"scripts/x.py": "usage: x.py\n  --time T   seconds (default 30 s)\n"}) [-1] == (
+        "scripts/x.py --help: line 2: '30 s' has no source (a rendered block, or "
+        "'<!-- source: FILE.json#/pointer -->' right after it)")

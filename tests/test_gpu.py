@@ -74,7 +74,7 @@ def test_cached_generation_equals_uncached_on_the_gpu():
 def test_main_job_on_one_gpu_trains_in_bf16_and_learns_the_copy_task(tmp_path):
     output_dir = tmp_path / "model"
     result = accelerate_launch(["--num_processes", "1"], ["--output_dir", str(output_dir)], timeout=1200)
-    assert "1 process(es) on cuda (NO, bf16)" in result.stdout  # bf16 chosen without being asked for
+    assert "1 process on the GPU (bf16)" in result.stdout  # bf16 chosen without being asked for
     assert json.loads((output_dir / "test_results.json").read_text())["test_exact_match"] > 95
     assert "| precision | bf16 |" in (output_dir / "README.md").read_text()
 

@@ -4,6 +4,7 @@ regenerates this repository's documents), and no installed module that reaches o
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,42 @@ def test_the_reach_check_finds_a_path_above_the_package(tmp_path):
     module.write_text("from pathlib import Path\nREPOSITORY = Path(__file__).resolve().parents[2]\n"
                       "HERE = Path(__file__).parent\nTEMPLATE = Path(__file__).resolve().parent.parent / 'card.md'\n")
     assert outside_reaches(module, tmp_path / "modeling") == ["line 2"]
+
+
+# an import name -> the distribution that provides it, where they differ
+DISTRIBUTIONS = {"yaml": "pyyaml"}
+
+
+def third_party_imports(paths) -> dict[str, str]:
+    """import name -> the first file importing it, over `paths` (absolute imports of modules outside the standard
+    library and the package itself)."""
+    found = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("modeling", "tools"):
+                    found.setdefault(top, Path(path).relative_to(REPO_ROOT).as_posix())
+    return found
+
+
+def declared_distributions() -> set[str]:
+    """The distributions pyproject.toml names: its dependencies and every extra's."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    return {re.split(r"[\s<>=!~;\[@]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+            for requirement in requirements}
+
+
+def test_every_package_the_code_imports_is_declared():
+    """What the package and its scripts import is a dependency or in an extra: a fresh install has it."""
+    code = [*(REPO_ROOT / "modeling").rglob("*.py"), *(REPO_ROOT / "scripts").glob("*.py")]
+    imported = third_party_imports(code)
+    assert {"torch", "transformers", "numpy", "tqdm", "huggingface_hub"} <= set(imported)
+    missing = {name: where for name, where in imported.items()
+               if DISTRIBUTIONS.get(name, name).replace("_", "-") not in declared_distributions()}
+    assert missing == {}, f"imported but not declared in pyproject.toml: {missing}"

@@ -82,7 +82,7 @@ def ddp_run(tmp_path_factory):
 
 def test_two_process_run_trains_evaluates_and_saves(ddp_run):
     output_dir, result = ddp_run
-    assert re.search(r"2 process\(es\) on cpu \(MULTI_CPU, fp32, \d+ thread\(s\)\)", result.stdout)  # DDP, gloo
+    assert re.search(r"2 processes on the CPU \(DDP, fp32, \d+ threads? each\)", result.stdout)  # DDP, gloo
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 150
     results = json.loads((output_dir / "all_results.json").read_text())
@@ -168,7 +168,7 @@ def test_model_card_is_filled(ddp_run):
     assert f"| validation | 7 | {in_corpus} | {in_corpus - 7} | 0 | 0 |" in text
     minutes = results["train_runtime"] / 60
     assert f"| training time | {minutes:,.1f} min ({results['train_runtime']:,.0f} s) |" in text
-    assert re.search(r"\| hardware \| .+: 2 process\(es\) on cpu \(MULTI_CPU, fp32, 1 thread\(s\)\) \|", text)
+    assert re.search(r"\| hardware \| .+: 2 processes on the CPU \(DDP, fp32, 1 thread each\) \|", text)
 
 
 @pytest.mark.parametrize("extra, optimizer, schedule, dropout", [
@@ -813,7 +813,9 @@ def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything
         (["--generation_num_beams", "0"], r"^--generation_num_beams must be at least 1, got 0"),
         (["--max_steps", "0"], r"^--max_steps must be a positive number of optimizer steps"),
         (["--max_train_samples", "0"], r"^--max_train_samples must be at least 1 pair, got 0"),
-        (["--data_dir", "no/such/corpus"], r"^--data_dir no/such/corpus does not exist"),
+        (["--data_dir", "no/such/corpus"], r"^--data_dir no/such/corpus does not exist .*; get Multi30k into "
+                                           r"data/multi30k with: mkdir -p data/multi30k && for f in .*curl .*; done "
+                                           r"\(other corpora: docs/data\.md\)"),
         (["--tokenizer_name_or_path", "."], r"^--tokenizer_name_or_path \. is not a directory with a tokenizer.json"),
         (["--config", "no/such.yaml"], r"^--config no/such.yaml: the file does not exist"),
         (["--max_length", "300"], r"^--max_length 300 .* exceeds the 256 positions"),

@@ -423,3 +423,31 @@ def test_ctranslate2_errors_after_loading_are_one_line_and_write_nothing(ct2_dir
     stderr = fail_in_one_line(monkeypatch, capsys, ct2_dir, "1 2", "--engine", "ctranslate2", "--device", "mps")
     assert "device 'mps' is not a CTranslate2 device; use cpu, cuda or cuda:<index>" in stderr
     assert not output.exists()
+
+
+@pytest.mark.parametrize("name", ["outputs/copy-tiny", "runs/a/b", "./model", "mine/model"])
+def test_a_missing_local_model_folder_is_named_before_any_hub_lookup(name, tmp_path, monkeypatch, capsys):
+    """Before training, `translate.py outputs/copy-tiny` says the folder does not exist, in one line, without asking
+    the Hub (which, offline, would retry for a while); `mine/model` means a local folder because mine/ exists."""
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr("huggingface_hub.file_download.get_hf_file_metadata", no_hub)
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, name, "1 2")
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, "translate.py",
+                          rf"^translate\.py: error: model folder {name} does not exist: give the output_dir of a "
+                          r"finished scripts/train\.py run")
+
+
+def test_a_name_that_is_no_local_folder_is_looked_up_on_the_hub_after_saying_so(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    from modeling.inference.translation import check_model_folder
+
+    with caplog.at_level(logging.WARNING):
+        check_model_folder("someone/transformer-de-en")  # a Hub id: left to the Hub
+    assert "someone/transformer-de-en is not a local folder: loading it from the Hugging Face Hub" in caplog.text

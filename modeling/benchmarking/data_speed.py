@@ -39,6 +39,7 @@ import datasets
 import numpy as np
 import torch
 
+from ..common.command_line import as_typed
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
 from ..data.corpus import load_parallel_corpus, prepare_pairs
 from ..tokenization import load_tokenizers, read_lines, train_tokenizer
@@ -191,7 +192,7 @@ def time_to_first_step(command: list[str], timeout: float = 3600, environment: d
             f"the training run logged no loss (exit code {process.returncode}); command:\n{shlex.join(command)}\n"
             f"last output:\n{''.join(tail)}"
         )
-    return {"setup_seconds": setup, "first_step_seconds": first_step, "command": shlex.join(command)}
+    return {"setup_seconds": setup, "first_step_seconds": first_step, "command": as_typed(command)}
 
 
 def _stop_process_group(process: subprocess.Popen) -> None:

@@ -17,6 +17,7 @@ import datasets
 import torch
 import transformers
 
+from ..common.command_line import as_typed
 from ..common.hardware import device_name
 from .ctranslate2_speed import benchmark_ctranslate2
 from .data_speed import benchmark_data
@@ -69,7 +70,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "platform": platform.platform(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
-        "command": " ".join(sys.argv),
+        "command": as_typed(["python", *sys.argv]),
     }
 
 

@@ -103,3 +103,20 @@ __all__ = [
     "OneLineErrorParser", "check_output_file", "check_utf8_arguments", "finite_float", "positive_int",
     "read_stdin_lines", "write_lines",
 ]
+
+
+def as_typed(command: Sequence[str]) -> str:
+    """`command` as a user types it, for a results file: the interpreter as `python`, accelerate's launcher module as
+    `accelerate launch`, paths under the working folder relative to it and those under the temporary folder from
+    `$TMPDIR`, so that a recorded command says what ran and nothing of where."""
+    import shlex
+    import tempfile
+
+    words = [str(word) for word in command]
+    if words and os.path.basename(words[0]).startswith("python"):
+        words[0] = "python"
+    if words[:3] == ["python", "-m", "accelerate.commands.launch"]:
+        words[:3] = ["accelerate", "launch"]
+    here, temporary = os.getcwd() + os.sep, tempfile.gettempdir().rstrip(os.sep) + os.sep
+    words = [word.replace(here, "").replace(temporary, "$TMPDIR/") if os.sep in word else word for word in words]
+    return shlex.join(words)

@@ -49,6 +49,11 @@ from .batching import token_lengths
 logger = logging.getLogger(__name__)
 
 SYNTHETIC_TASKS = ("copy", "reverse")
+# Multi30k's Task 1 files from its authors, into data/multi30k (the README and docs/data.md show this command)
+MULTI30K_DOWNLOAD = (
+    "mkdir -p data/multi30k && for f in {train,val,test_2016_flickr}.{de,en}; do curl -fsSL -o data/multi30k/$f.gz "
+    "https://raw.githubusercontent.com/multi30k/dataset/HEAD/data/task1/raw/$f.gz; done"
+)
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 _SPLIT_ALIASES = {
     "train": "train",

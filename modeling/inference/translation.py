@@ -51,15 +51,29 @@ ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through trans
 # Loading
 
 
+def looks_local(model_name_or_path: str | os.PathLike) -> bool:
+    """Whether a name that is not an existing folder still means one, never a Hub id: an absolute or relative path
+    (`/`, `.`, `~`), one of more than two parts (a Hub id is `name` or `owner/name`), or one whose first part is a
+    local folder (`outputs/copy-tiny` where `outputs/` exists), or written as the training runs' folders are
+    (`outputs/...`, `runs/...`)."""
+    name = str(model_name_or_path)
+    parts = Path(name).parts
+    return (Path(name).is_absolute() or name.startswith((".", "~")) or len(parts) > 2
+            or (len(parts) == 2 and (Path(parts[0]).is_dir() or parts[0] in ("outputs", "runs"))))
+
+
 def check_model_folder(model_name_or_path: str | os.PathLike) -> None:
     """Raise FileNotFoundError, naming what is missing, unless a local folder holds a config, weights and a tokenizer
     (also in `target_tokenizer/` when there is one), and ValueError when its config.json or generation_config.json
     is no JSON object. A path that does not exist is left to the Hub."""
     path = Path(model_name_or_path)
     if not path.exists():
-        if path.is_absolute() or str(model_name_or_path).startswith((".", "~")):
-            raise FileNotFoundError(f"model folder {model_name_or_path} does not exist")
-        return  # a Hub id
+        if looks_local(model_name_or_path):
+            raise FileNotFoundError(f"model folder {model_name_or_path} does not exist: give the output_dir of a "
+                                    "finished scripts/train.py run (or a checkpoint-<step> folder inside it)")
+        # Said before the Hub is asked, which without a network retries for a while
+        logger.warning(f"{model_name_or_path} is not a local folder: loading it from the Hugging Face Hub")
+        return
     if not path.is_dir():
         raise FileNotFoundError(f"{model_name_or_path} is a file: give a model folder (the output_dir of train.py)")
     hint = "give the output_dir of scripts/train.py (or a checkpoint-<step> folder inside it)"

@@ -20,6 +20,7 @@ from transformers import Trainer
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
 
 from ..configuration_annotated_transformer import AnnotatedTransformerConfig
+from ..data.corpus import MULTI30K_DOWNLOAD
 from ..inference.evaluation import METRIC_NAMES
 from ..tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, check_vocab_size, load_tokenizers
 from .arguments import (
@@ -116,8 +117,9 @@ def validate_arguments(
         )
     if data_args.data_dir is not None and not Path(data_args.data_dir).exists():
         raise ConfigurationError(
-            f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); give a directory of "
-            "{split}.{lang} files such as data/multi30k, or leave it out to train on the copy task"
+            f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); get Multi30k into data/multi30k "
+            f"with: {MULTI30K_DOWNLOAD} (other corpora: docs/data.md), or leave --data_dir out to train on the copy "
+            "task"
         )
     languages = [f"--{name} {value}" for name in ("source_lang", "target_lang")
                  if (value := getattr(data_args, name)) is not None]

@@ -241,7 +241,7 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     stop_time_hours: float | None = field(
         default=None,
         metadata={
-            "help": "Stop training once the run has trained this long, in hours (0.25: 15 minutes), its evaluations "
+            "help": "Stop training once the run has trained this long, in hours (0.25 for a quarter of an hour), its evaluations "
             "and saves included and counted across resumptions, as fairseq's --stop-time-hours does: checked every "
             "--logging_steps steps and at each epoch end, where training then ends as at its planned end "
             "(--max_steps, or --num_train_epochs): its last step saved and evaluated (one its save interval saved at "

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
 
+from ..common.hardware import describe_run
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
 from ..data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
 from ..input_checks import check_token_ids
@@ -110,11 +111,9 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
     @property
     def run_description(self) -> str:
-        """How this run computes, e.g. "2 process(es) on cpu (MULTI_CPU, fp32, 1 thread(s))"."""
-        details = [self.accelerator.distributed_type.value, self.precision]
-        if self.args.use_cpu:
-            details.append(f"{torch.get_num_threads()} thread(s)")
-        return f"{self.args.world_size} process(es) on {self.args.device.type} ({', '.join(details)})"
+        """How this run computes, in a user's words, e.g. "2 processes on the CPU (DDP, fp32, 1 thread each)"."""
+        return describe_run(self.args.world_size, self.args.device.type, self.accelerator.distributed_type.value,
+                            self.precision, torch.get_num_threads() if self.args.use_cpu else None)
 
     @property
     def stop_signals(self) -> StopSignals | None:

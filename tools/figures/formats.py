@@ -11,7 +11,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[2]
 BENCHMARKS = "benchmarks"
 REFERENCE_CARD = "model_card.md"  # the reference model's card, at the repository's root
-REFERENCE_RUN = "multi30k_de_en_cpu"  # its run in results-recipes-cpu.json
+REFERENCE_RECIPE = "configs/multi30k_de_en_cpu.yaml"  # its newest run in results-recipes-cpu.json is the card's
 CLOSE = "<!-- /figures -->"
 USERS_DATA_DIR = "data/multi30k"  # where docs/data.md puts Multi30k; the recorded commands read it there
 _OPEN = re.compile(r"<!-- figures: (?P<name>\S+) -->")

@@ -9,14 +9,13 @@ from types import SimpleNamespace
 
 from .formats import (
     CLOSE,
-    REFERENCE_RUN,
     REPOSITORY,
     USERS_DATA_DIR,
     Benchmarks,
     FiguresError,
     render_table,
 )
-from .recipes import CPU_RECIPES
+from .recipes import CPU_RECIPES, reference_run
 
 # --- the reference model's card ---------------------------------------------------------------------------------
 
@@ -32,14 +31,15 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     import torch
 
     from modeling import AnnotatedTransformerForConditionalGeneration
+    from modeling.common.hardware import describe_run
     from modeling.inference import model_card as card
     from modeling.training.argument_checks import model_config
     from modeling.training.argument_parsing import parse_arguments
     from modeling.training.schedule import schedule_description
 
     root = Path(root)
-    recipes = Benchmarks(root)(CPU_RECIPES)
-    run, data = recipes["runs"][REFERENCE_RUN], recipes["data"]
+    benchmarks = Benchmarks(root)
+    run, data = reference_run(benchmarks), benchmarks(CPU_RECIPES)["data"]
     config_path = root / run["recipe"]
     model_args, data_args, training_args, _ = parse_arguments(
         ["--config", str(config_path), "--data_dir", USERS_DATA_DIR]
@@ -50,7 +50,7 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
         model = AnnotatedTransformerForConditionalGeneration(model_config(model_args, data_args))
     trainer = SimpleNamespace(
         model=model, args=SimpleNamespace(device=torch.device("cpu")), precision="fp32",
-        run_description=f"{run['processes']} process(es) on cpu (NO, fp32, {run['threads']} thread(s))",
+        run_description=describe_run(run["processes"], "cpu", "NO", "fp32", run["threads"]),
         state=SimpleNamespace(global_step=run["steps"], epoch=run["epochs"], max_steps=run["steps"],
                               best_model_checkpoint=None),
         processing_class=range(data_args.vocab_size),  # len(): the vocabulary the tokenizer is trained to
