@@ -1,7 +1,7 @@
 """Serve a model folder's page in the browser: type a sentence, see its translation and where each word looked
 (encoder-decoder, encoder and decoder self-attention, layer by layer, head by head or their average).
 
-    python scripts/demo.py                                   # the main job's model, outputs/copy-tiny
+    python scripts/demo.py                                   # the copy task's model, outputs/copy-tiny
     python scripts/demo.py outputs/multi30k-de-en-cpu-avg5 --port 7860
     python scripts/demo.py MODEL --time "Ein Hund läuft über die Wiese." --num_beams 4   # seconds; no page
 
@@ -21,15 +21,15 @@ from modeling.inference.demo import DEFAULT_HOST, TranslationDemo, require_gradi
 from modeling.inference.example_sentences import example_sentences
 from modeling.inference.translation import check_model_folder
 
-MAIN_JOB_MODEL = Path("outputs/copy-tiny")  # configs/copy_tiny.yaml's output_dir
+COPY_TASK_MODEL = Path("outputs/copy-tiny")  # what `accelerate launch scripts/train.py` writes (configs/copy_tiny.yaml)
 
 
 def build_parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(prog="demo.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", default=None,
-                        help=f"a model folder written by train.py or average_checkpoints.py (default: {MAIN_JOB_MODEL},"
-                        " the main job's)")
+                        help=f"a model folder written by train.py or average_checkpoints.py (default: {COPY_TASK_MODEL},"
+                        " the copy task's model that `accelerate launch scripts/train.py` trains)")
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to serve on (default {DEFAULT_HOST}: this computer only)")
     parser.add_argument("--port", type=positive_int, default=None,
@@ -46,13 +46,13 @@ def build_parser() -> OneLineErrorParser:
 
 
 def model_folder(model: str | None) -> Path:
-    """The folder to serve: `model`, or the main job's when it is None; ValueError when that one is not there."""
+    """The folder to serve: `model`, or the copy task's when it is None; ValueError when that one is not there."""
     if model is not None:
         return Path(model)
-    if not MAIN_JOB_MODEL.exists():
-        raise ValueError(f"no model given and {MAIN_JOB_MODEL} does not exist: run the main job first "
+    if not COPY_TASK_MODEL.exists():
+        raise ValueError(f"no model given and {COPY_TASK_MODEL} does not exist: train the copy task first "
                          "(accelerate launch scripts/train.py), or give a model folder")
-    return MAIN_JOB_MODEL
+    return COPY_TASK_MODEL
 
 
 def main(argv=None) -> None:

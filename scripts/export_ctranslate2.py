@@ -1,10 +1,12 @@
 """Convert a trained model folder to a CTranslate2 model (with its tokenizer and generation settings beside it).
 
-    python scripts/export_ctranslate2.py outputs/multi30k outputs/multi30k-ct2
-    python scripts/export_ctranslate2.py outputs/multi30k outputs/multi30k-ct2-int8 --quantization int8 --force
+    python scripts/export_ctranslate2.py outputs/multi30k-de-en-cpu-avg5 outputs/multi30k-de-en-cpu-ct2
+    python scripts/export_ctranslate2.py outputs/multi30k-de-en-cpu-avg5 outputs/multi30k-de-en-cpu-ct2-int8 \
+        --quantization int8 --force
 
 Needs `pip install ctranslate2` (or the `ctranslate2` extra). Translate with the result through
-`modeling.inference.ctranslate2_export.translate_ctranslate2`.
+`python scripts/translate.py --engine ctranslate2 OUTPUT_DIR ...` (or
+`modeling.inference.ctranslate2_runtime.translate_ctranslate2`).
 """
 
 import argparse

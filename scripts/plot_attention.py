@@ -1,7 +1,7 @@
 """Draw attention heatmaps for one sentence: encoder self-attention, decoder self-attention and encoder-decoder
 attention, one PNG per (kind, layer) with a grid of the chosen heads, subwords on the axes.
 
-    python scripts/plot_attention.py outputs/multi30k "Ein Hund läuft über die Wiese." --output_dir plots
+    python scripts/plot_attention.py outputs/multi30k-de-en-cpu-avg5 "Ein Hund läuft über die Wiese." --output_dir plots
     python scripts/plot_attention.py MODEL "Ein Hund läuft." --target "A dog runs." --layers 0 5 --heads 0 1 2 3 \\
         --kinds cross --output_dir plots
 

@@ -285,8 +285,8 @@ def refusal(capsys, *argv) -> str:
 
 def test_a_missing_or_broken_folder_is_refused_at_start_in_one_line(main_job_folder, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no outputs/copy-tiny here
-    assert_one_line_error(refusal(capsys), "demo.py", r"no model given and outputs/copy-tiny does not exist: run the "
-                          r"main job first \(accelerate launch scripts/train.py\)")
+    assert_one_line_error(refusal(capsys), "demo.py", r"no model given and outputs/copy-tiny does not exist: train the "
+                          r"copy task first \(accelerate launch scripts/train.py\)")
     assert_one_line_error(refusal(capsys, str(tmp_path / "missing")), "demo.py", r"missing does not exist")
     broken = tmp_path / "broken"
     shutil.copytree(main_job_folder, broken)

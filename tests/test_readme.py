@@ -16,3 +16,32 @@ def test_readme_usage_example_runs(tmp_path, monkeypatch):
     assert namespace["generated"].shape[0] == 1 and namespace["generated"][0, 0] == 1
     assert type(namespace["reloaded"]).__name__ == "AnnotatedTransformerForConditionalGeneration"
     assert (tmp_path / "my-transformer" / "modeling_annotated_transformer.py").exists()
+
+
+CI = README.parent / ".ci" / "run"
+
+
+def test_ci_runs_the_readmes_two_commands_in_a_venv_inside_the_checkout():
+    """.ci/run is the newcomer: `python -m venv .venv` in the checkout, activated, then the README's commands as
+    tools/readme_commands.py reads them (no copy of them of its own, which could drift)."""
+    from tools.readme_commands import problems, readme_commands
+
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    assert problems(commands) == []
+    assert "python -m venv .venv && . .venv/bin/activate" in " ".join(README.read_text(encoding="utf-8").split())
+    ci = CI.read_text(encoding="utf-8")
+    lines = [line.strip() for line in ci.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert lines.index("python -m venv .venv") < lines.index(". .venv/bin/activate")
+    assert lines.index(". .venv/bin/activate") < next(i for i, line in enumerate(lines) if "readme_commands.py)" in line)
+    assert not any("pip install" in line or line == "python -m pytest" for line in lines)  # no copy of its own
+
+
+def test_the_readme_commands_reader_joins_continued_lines_and_skips_comments():
+    from tools.readme_commands import problems, readme_commands
+
+    text = ("# x\n\n## Install and run\n\nWords.\n\n```bash\n# 1. train\npip install torch==2.13.0 && \\\n"
+            "    accelerate launch scripts/train.py\n\n# 2. test\npython -m pytest\n```\n\n```bash\nnot this\n```\n")
+    assert readme_commands(text) == ["pip install torch==2.13.0 && accelerate launch scripts/train.py",
+                                     "python -m pytest"]
+    assert problems(["python -m pytest"]) == ["expected 2 commands, found 1: ['python -m pytest']"]
+    assert problems(["echo", "python -m pytest"]) == ["the first command does not train (scripts/train.py): echo"]

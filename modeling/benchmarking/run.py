@@ -70,6 +70,7 @@ def environment(settings: BenchmarkSettings) -> dict:
         "platform": platform.platform(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
+        "package_version": _version("annotated-transformer-hf"),
         "command": as_typed(["python", *sys.argv]),
     }
 

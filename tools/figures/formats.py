@@ -140,7 +140,9 @@ def _measured_on(*results: dict, ctranslate2: bool = False, method: str = "") ->
                 f"transformers {_joined(e['transformers'] for e in environments)}"]
     if ctranslate2:
         software.append(f"CTranslate2 {_joined(e['ctranslate2'] for e in environments)}")
-    line = f"Hardware: {machine} ({', '.join(details)}); software: {', '.join(software)}."
+    versions = [e["package_version"] for e in environments if e.get("package_version")]
+    measured = f"; measured with version {_joined(versions)}" if versions else ""
+    line = f"Hardware: {machine} ({', '.join(details)}); software: {', '.join(software)}{measured}."
     return f"{line} {method}" if method else line
 
 

@@ -107,7 +107,7 @@ def gpu_recipe_runs(benchmarks: Benchmarks) -> dict[str, RecipeRun]:
             checkpoint=chosen, num_beams=run["beam"],
             validation=validation, test=run.get("test_chosen"), note=note,
             signatures={k: v for k, v in run["test_chosen"]["signatures"].items() if k in ("bleu", "chrf")},
-            repeat=file != GPU_RECIPES,
+            repeat=file != GPU_RECIPES, version=benchmarks(file).get("package_version"),
         )
     return runs
 
@@ -162,7 +162,8 @@ def headline(benchmarks: Benchmarks) -> str:
 
     def speed(label: str, result: dict, ratios: list[float]) -> tuple:
         environment = result["environment"]
-        return (label, " / ".join(_times(ratio) for ratio in ratios),
+        version = f", version {environment['package_version']}" if environment.get("package_version") else ""
+        return (label + version, " / ".join(_times(ratio) for ratio in ratios),
                 f"{_machine(environment)}, {environment['dtype']}; torch {environment['torch']}, transformers "
                 f"{environment['transformers']}")
 
