@@ -46,6 +46,16 @@ def encoder_decoder_cache(cache: Cache, config) -> EncoderDecoderCache:
     return EncoderDecoderCache(cache, DynamicCache(config=config))
 
 
+def decoder_cache(config, cache: Cache | None, use_cache: bool | None, packed: bool) -> EncoderDecoderCache | None:
+    """The decoder's cache: a new one where `use_cache` asks for one and none is given (never for a packed batch,
+    which trains), or the one given, with an empty encoder-decoder part added to a self-attention cache alone."""
+    if use_cache and cache is None and not packed:
+        return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    if cache is not None and not isinstance(cache, EncoderDecoderCache):
+        return encoder_decoder_cache(cache, config)
+    return cache
+
+
 def layer_outputs(layer_class: type[nn.Module], depth_key: str) -> OutputRecorder | type[nn.Module]:
     """The hidden states a stack records: its layers' outputs, counted by its own depth (`encoder_layers` or
     `decoder_layers`) when transformers resolves `output_hidden_states=[indices]` (>= 5.24), not by

@@ -25,6 +25,7 @@ PRESETS = {
 }
 
 INIT_SCHEMES = ("xavier_uniform", "fairseq", "deepnet", "normal")
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 
 
 @strict
@@ -42,7 +43,12 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         attention_dropout: dropout on attention probabilities (0 in the paper; The Annotated Transformer uses P_drop).
         activation_dropout: dropout inside the feed-forward network (0 in the paper).
         activation_function: the FFN non-linearity (ReLU in §3.3).
-        max_position_embeddings: length of the precomputed sinusoidal table (§3.5); longer inputs are refused.
+        d_k, d_v: the size of each head's queries and keys (d_k) and of its values (d_v), §3.2.2; `None` (the
+            default) = d_model / heads, the paper's choice everywhere but Table 3's row (B), which shrinks d_k alone.
+        max_position_embeddings: the longest sequence the positions cover (§3.5); longer inputs are refused.
+        position_embedding_type: "sinusoidal" (§3.5, the default: a fixed table, no weights) or "learned" (Table 3's
+            row (E): one trained embedding of `max_position_embeddings` rows per stack, as in the paper's
+            tensor2tensor code and fairseq, initialised like the token embeddings).
         scale_embedding: multiply embeddings by sqrt(d_model) (§3.4).
         norm_first: False = post-norm `LayerNorm(x + Sublayer(x))` (the paper); True = pre-norm
             `x + Sublayer(LayerNorm(x))` plus a final LayerNorm after each stack (The Annotated Transformer).
@@ -83,7 +89,10 @@ class AnnotatedTransformerConfig(PretrainedConfig):
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
     activation_function: str = "relu"
+    d_k: int | None = None
+    d_v: int | None = None
     max_position_embeddings: int = 1024
+    position_embedding_type: str = "sinusoidal"
     scale_embedding: bool = True
     norm_first: bool = False
     tie_word_embeddings: bool = True
@@ -112,6 +121,10 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         if following:
             super().__setattr__("src_vocab_size", value)
 
+    def head_sizes(self, num_heads: int) -> tuple[int, int]:
+        """(d_k, d_v) of each of `num_heads` heads: the configured sizes, or d_model / heads (§3.2.2)."""
+        return self.d_k or self.d_model // num_heads, self.d_v or self.d_model // num_heads
+
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "AnnotatedTransformerConfig":
         """Build a config from a named size ("tiny", "base", "big"); keyword arguments override the preset."""
@@ -127,13 +140,21 @@ class AnnotatedTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value}.")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                raise ValueError(f"`{name}` must be a positive integer (or None for d_model / heads), got {value}.")
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
-            if self.d_model % heads != 0:
+            if self.d_model % heads != 0 and (self.d_k is None or self.d_v is None):
+                unset = " and ".join(f"`{size}`" for size in ("d_k", "d_v") if getattr(self, size) is None)
                 raise ValueError(
                     f"`d_model` ({self.d_model}) must be divisible by `{name}` ({heads}): each head gets "
-                    f"d_model / heads dimensions (§3.2.2)."
+                    f"d_model / heads dimensions (§3.2.2) unless {unset} give its size."
                 )
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(f"Unknown `position_embedding_type` {self.position_embedding_type!r}; choose one of "
+                             f"{list(POSITION_EMBEDDING_TYPES)}.")
         for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -170,4 +191,4 @@ class AnnotatedTransformerConfig(PretrainedConfig):
                     )
 
 
-__all__ = ["AnnotatedTransformerConfig", "PRESETS"]
+__all__ = ["AnnotatedTransformerConfig", "POSITION_EMBEDDING_TYPES", "PRESETS"]

@@ -11,6 +11,8 @@ import contextvars
 import torch
 from transformers.utils import logging
 
+from .packed_batches import check_packed_inputs
+
 logger = logging.get_logger(__name__)
 
 # (id(tensor), vocabulary size) of the token ids a forward call checked for the stacks it calls (`token_ids_checked`)
@@ -96,3 +98,23 @@ def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, 
             f"`{name}` has shape {tuple(attention_mask.shape)}, but the tokens it masks are (batch, length) = "
             f"{tuple(shape)}"
         )
+
+
+def check_encoder_inputs(config, input_ids, inputs_embeds, attention_mask, position_ids, pair_ids) -> None:
+    """The encoder's inputs: ids inside the source vocabulary, a packed batch's ids and positions covering them."""
+    check_token_ids((input_ids, config.src_vocab_size, "input_ids"))
+    check_packed_inputs(input_ids if input_ids is not None else inputs_embeds, pair_ids, position_ids, attention_mask)
+
+
+def check_decoder_inputs(config, input_ids, inputs_embeds, attention_mask, position_ids, pair_ids,
+                         encoder_hidden_states, past_length) -> None:
+    """The decoder's inputs: the encoder's output to attend to, ids inside the target vocabulary (at the first step:
+    later generation steps feed back ids the model itself chose, and a compiled step checks nothing on the host), a
+    packed batch's ids and positions covering them."""
+    if encoder_hidden_states is None:  # a decoder layer would run its encoder-decoder attention on itself
+        raise ValueError("The decoder needs `encoder_hidden_states`: each of its layers attends to the encoder's "
+                         "output (§3.2.3); run the encoder first or call the whole model.")
+    if not torch.compiler.is_compiling() and past_length == 0:
+        check_token_ids((input_ids, config.vocab_size, "decoder_input_ids"))
+    check_packed_inputs(input_ids if input_ids is not None else inputs_embeds, pair_ids, position_ids,
+                        attention_mask, "decoder_")

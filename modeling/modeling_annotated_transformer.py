@@ -22,8 +22,7 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -36,7 +35,8 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .compatibility import CACHE_NAME, cache_argument, encoder_decoder_cache, layer_outputs
+from .attention_masks import decoder_attention_masks, encoder_self_attention_mask
+from .compatibility import CACHE_NAME, cache_argument, decoder_cache, layer_outputs
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .dropout import Dropout
 from .embedding_sharing import OneVocabulary, embed_with_the_shared_module, pass_over_unregistered_embeddings
@@ -44,18 +44,14 @@ from .generation import TransformerGenerationMixin
 from .initialization import init_weights, xavier_gain
 from .input_checks import (
     check_attention_mask,
+    check_decoder_inputs,
+    check_encoder_inputs,
     check_labels_fit_decoder_inputs,
-    check_token_ids,
     token_ids_checked,
     warn_if_counted_padding,
 )
 from .loss import label_smoothed_loss
-from .packed_batches import (
-    check_packed_inputs,
-    check_packed_source,
-    packed_attention_mask,
-    shift_tokens_right_per_pair,
-)
+from .packed_batches import shift_tokens_right_per_pair
 from .prepacked_linear import install_prepacking_forwards
 from .saving import SavedAsCustomCode
 
@@ -74,7 +70,40 @@ def sinusoidal_positional_encoding(num_positions: int, d_model: int) -> torch.Te
     return encoding.float()
 
 
-class SinusoidalPositionalEncoding(nn.Module):
+class PositionLookups:
+    """What both kinds of positions give (mixed into each): the vectors of a run of positions, of each token of a
+    padded row, or of the positions a packed batch names. `table` is the (max_position_embeddings, d_model) matrix."""
+
+    table: torch.Tensor
+
+    def forward(self, start: int | torch.Tensor, length: int) -> torch.Tensor:
+        """The vectors of positions start, ..., start + length - 1: a slice of the table (no gather, no device sync),
+        or a gather when `start` is a tensor (a static cache's length), so that a compiled decoding step neither syncs
+        nor breaks its graph."""
+        if not torch.compiler.is_compiling() and start + length > self.table.shape[0]:
+            raise ValueError(
+                f"Sequence position {int(start + length - 1)} is beyond `max_position_embeddings` "
+                f"({self.table.shape[0]}): truncate the input or build the model with a larger "
+                "`max_position_embeddings`."
+            )
+        if isinstance(start, torch.Tensor):
+            return self.table.index_select(0, start + torch.arange(length, device=start.device))
+        return self.table[start : start + length]
+
+    def of_tokens(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(batch, length, d_model): each token's position counts the tokens before it in its row, so that a
+        left-padded sentence is encoded as it is alone (padding positions, masked everywhere, repeat a neighbour's)."""
+        self(0, attention_mask.shape[1])  # the length check
+        return self.table[(attention_mask.ne(0).long().cumsum(-1) - 1).clamp(min=0)]
+
+    def at(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """(batch, length, d_model): the vectors of the positions given, a packed batch's, which restart at 0 with
+        each pair and so stay below the row's length."""
+        self(0, position_ids.shape[1])  # the length check
+        return self.table[position_ids]
+
+
+class SinusoidalPositionalEncoding(PositionLookups, nn.Module):
     """§3.5 fixed sinusoids, precomputed up to `max_position_embeddings`. A non-persistent buffer: not a weight, not
     saved; `_init_weights` rebuilds it because `from_pretrained` materialises buffers uninitialised."""
 
@@ -86,31 +115,24 @@ class SinusoidalPositionalEncoding(nn.Module):
             persistent=False,
         )
 
-    def forward(self, start: int | torch.Tensor, length: int) -> torch.Tensor:
-        """The encodings of positions start, ..., start + length - 1: a slice of the table (no gather, no device
-        sync), or a gather when `start` is a tensor (a static cache's length), so that a compiled decoding step
-        neither syncs nor breaks its graph."""
-        if not torch.compiler.is_compiling() and start + length > self.encoding.shape[0]:
-            raise ValueError(
-                f"Sequence position {int(start + length - 1)} is beyond `max_position_embeddings` "
-                f"({self.encoding.shape[0]}): truncate the input or build the model with a larger "
-                "`max_position_embeddings`."
-            )
-        if isinstance(start, torch.Tensor):
-            return self.encoding.index_select(0, start + torch.arange(length, device=start.device))
-        return self.encoding[start : start + length]
+    @property
+    def table(self) -> torch.Tensor:
+        return self.encoding
 
-    def of_tokens(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(batch, length, d_model): each token's position counts the tokens before it in its row, so that a
-        left-padded sentence is encoded as it is alone (padding positions, masked everywhere, repeat a neighbour's)."""
-        self(0, attention_mask.shape[1])  # the length check
-        return self.encoding[(attention_mask.ne(0).long().cumsum(-1) - 1).clamp(min=0)]
 
-    def at(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """(batch, length, d_model): the encodings of the positions given, a packed batch's, which restart at 0 with
-        each pair and so stay below the row's length."""
-        self(0, position_ids.shape[1])  # the length check
-        return self.encoding[position_ids]
+class LearnedPositionalEmbedding(PositionLookups, nn.Embedding):
+    """Table 3 (E): "learned positional embeddings [...] instead" of the sinusoids, one row per position, trained
+    with the model (each stack its own, as in the paper's tensor2tensor code and in fairseq)."""
+
+    def __init__(self, config: AnnotatedTransformerConfig):
+        super().__init__(config.max_position_embeddings, config.d_model)
+
+    @property
+    def table(self) -> torch.Tensor:
+        return self.weight
+
+
+POSITIONS = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEmbedding}
 
 
 class TransformerEmbeddings(nn.Module):
@@ -120,7 +142,7 @@ class TransformerEmbeddings(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.embed_positions = POSITIONS[config.position_embedding_type](config)
         self.dropout = Dropout(config.dropout)
 
     def forward(
@@ -184,15 +206,15 @@ class AnnotatedTransformerAttention(nn.Module):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
-        self.head_dim = config.d_model // num_heads
+        self.head_dim, self.value_dim = config.head_sizes(num_heads)  # d_k, d_v: d_model / h unless configured
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.out_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = nn.Linear(config.d_model, num_heads * self.head_dim)
+        self.k_proj = nn.Linear(config.d_model, num_heads * self.head_dim)
+        self.v_proj = nn.Linear(config.d_model, num_heads * self.value_dim)
+        self.out_proj = nn.Linear(num_heads * self.value_dim, config.d_model)
 
     def forward(
         self,
@@ -216,9 +238,8 @@ class AnnotatedTransformerAttention(nn.Module):
             value = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
-            kv_shape = (*source.shape[:-1], -1, self.head_dim)
-            key = self.k_proj(source).view(kv_shape).transpose(1, 2)
-            value = self.v_proj(source).view(kv_shape).transpose(1, 2)
+            key = self.k_proj(source).view(*source.shape[:-1], -1, self.head_dim).transpose(1, 2)
+            value = self.v_proj(source).view(*source.shape[:-1], -1, self.value_dim).transpose(1, 2)
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
@@ -407,17 +428,10 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
         self, input_ids=None, attention_mask=None, inputs_embeds=None, position_ids=None, pair_ids=None, **kwargs
     ) -> BaseModelOutput:
         """`pair_ids` and `position_ids`: a packed batch's (see `packed_batches`), in place of `attention_mask`."""
-        check_token_ids((input_ids, self.config.src_vocab_size, "input_ids"))
-        check_packed_inputs(input_ids if input_ids is not None else inputs_embeds, pair_ids, position_ids,
-                            attention_mask)
+        check_encoder_inputs(self.config, input_ids, inputs_embeds, attention_mask, position_ids, pair_ids)
         hidden_states = self.embeddings(input_ids, inputs_embeds, attention_mask=attention_mask,
                                         position_ids=position_ids)
-        if pair_ids is not None:  # each source token attends within its own pair
-            attention_mask = packed_attention_mask(self.config, hidden_states, pair_ids, pair_ids)
-        else:
-            attention_mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-            )
+        attention_mask = encoder_self_attention_mask(self.config, hidden_states, attention_mask, pair_ids)
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         if self.layer_norm is not None:
@@ -469,50 +483,17 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """`pair_ids`, `position_ids` and `encoder_pair_ids`: a packed batch's (see `packed_batches`), in place of
         the attention masks; it trains, so no cache is built."""
-        if encoder_hidden_states is None:  # a decoder layer would run its encoder-decoder attention on itself
-            raise ValueError("The decoder needs `encoder_hidden_states`: each of its layers attends to the encoder's "
-                             "output (§3.2.3); run the encoder first or call the whole model.")
-        cache = cache_argument(self, cache, past_key_values)
-        if use_cache and cache is None and pair_ids is None:
-            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
-            cache = encoder_decoder_cache(cache, self.config)
+        cache = decoder_cache(self.config, cache_argument(self, cache, past_key_values), use_cache, pair_ids is not None)
         # Positions continue from what the cache holds (transformers 5 has no cache_position): an int, or a 0-d
         # tensor for a static cache.
         past_length = cache.get_seq_length() if cache is not None else 0
-        # later generation steps feed back ids the model itself chose; a compiled step checks nothing on the host
-        if not torch.compiler.is_compiling() and past_length == 0:
-            check_token_ids((input_ids, self.config.vocab_size, "decoder_input_ids"))
-        check_packed_inputs(input_ids if input_ids is not None else inputs_embeds, pair_ids, position_ids,
-                            attention_mask, "decoder_")
+        check_decoder_inputs(self.config, input_ids, inputs_embeds, attention_mask, position_ids, pair_ids,
+                             encoder_hidden_states, past_length)
         hidden_states = self.embeddings(input_ids, inputs_embeds, past_length=past_length, position_ids=position_ids)
-
-        batch_size, seq_length = hidden_states.shape[:2]
-        check_attention_mask(attention_mask, (batch_size, past_length + seq_length), "decoder_attention_mask")
-        if encoder_hidden_states is not None:
-            check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask")
-        check_packed_source(encoder_hidden_states.shape[:2], encoder_pair_ids, encoder_attention_mask, pair_ids, cache)
-        if pair_ids is not None:
-            # each target token attends causally within its own pair's target, and to its own pair's source
-            causal_mask = packed_attention_mask(self.config, hidden_states, pair_ids, pair_ids, causal=True)
-            encoder_attention_mask = packed_attention_mask(self.config, hidden_states, pair_ids, encoder_pair_ids)
-        elif attention_mask is None and seq_length == 1:
-            # A decoding step: the one new position may attend to itself and to every earlier one, so nothing is
-            # masked, and no mask is built (and checked on the host) at every generated token.
-            causal_mask = None
-        else:
-            if attention_mask is None:
-                attention_mask = torch.ones(batch_size, past_length + seq_length, device=hidden_states.device)
-            self_attn_cache = cache.self_attention_cache if cache is not None else None
-            causal_mask = create_causal_mask(
-                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
-                **{CACHE_NAME: self_attn_cache},
-            )
-        if pair_ids is None:
-            encoder_attention_mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
-                encoder_hidden_states=encoder_hidden_states,
-            )
+        causal_mask, encoder_attention_mask = decoder_attention_masks(
+            self.config, hidden_states, attention_mask, cache, past_length, encoder_hidden_states,
+            encoder_attention_mask, pair_ids, encoder_pair_ids,
+        )
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states,

@@ -143,6 +143,8 @@ def test_a_corpus_split_is_translated_scored_and_written_next_to_the_model(
     assert summary.count("\n") == 0 and summary.startswith(f"test_2016_flickr: BLEU {results['bleu']:.2f} (")
     assert results["signatures"]["bleu"] in summary and results["signatures"]["chrf"] in summary
 
+    assert 1 <= results["perplexity"] < 20 and f"| perplexity {results['perplexity']:.2f} |" in summary
+
     run_script(monkeypatch, model_dir, "--data_dir", data_dir, "--split", "test", "--source_lang", "de",
                "--num_beams", "2", "--batch_size", "3")  # the loader's name for the same split
     again = json.loads((model_dir / "eval-test" / "results.json").read_text())
@@ -506,3 +508,32 @@ def test_a_corrupt_config_is_named_in_one_line(config, message, model_dir, tmp_p
         runpy.run_path(str(REPO_ROOT / "scripts" / "translate.py"), run_name="__main__")
     assert exit_info.value.code == 2
     assert_one_line_error(capsys.readouterr().err, "translate.py", message)
+
+
+def test_perplexity_is_the_mean_token_likelihood_of_the_references_whatever_the_batches(model_dir):
+    """exp(summed negative log-likelihood / target tokens, </s> included), each pair scored alone here: the same
+    figure from length-sorted padded batches of any size; a trained copy model is near 1 on its own task, higher on
+    references it would not write."""
+    import math
+
+    import torch
+
+    from modeling.inference.translation import corpus_perplexity, load_translation_model
+
+    model, tokenizer, target_tokenizer = load_translation_model(model_dir, device="cpu")
+    rng = random.Random(3)
+    sources = [random_digits(rng, 2, 9) for _ in range(9)]
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for source in sources:
+            labels = torch.tensor([target_tokenizer(source)["input_ids"]])
+            logits = model(input_ids=torch.tensor([tokenizer(source)["input_ids"]]),
+                           decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels)).logits
+            total -= torch.log_softmax(logits, -1)[0].gather(-1, labels[0][:, None]).sum().item()
+            tokens += labels.shape[1]
+    expected = math.exp(total / tokens)
+    for max_tokens in (12, 30, 4096):
+        assert corpus_perplexity(sources, sources, model, tokenizer, target_tokenizer, max_tokens=max_tokens) == \
+            pytest.approx(expected, rel=1e-5)
+    reversed_references = [" ".join(reversed(source.split())) for source in sources]
+    assert expected < 2 < corpus_perplexity(sources, reversed_references, model, tokenizer, target_tokenizer)

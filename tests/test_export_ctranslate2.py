@@ -9,6 +9,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
+from launch_helpers import assert_one_line_error  # noqa: E402
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration  # noqa: E402
 from modeling.inference.ctranslate2_export import export_ctranslate2  # noqa: E402
 from modeling.inference.ctranslate2_runtime import (  # noqa: E402
@@ -47,6 +48,9 @@ VARIANTS = {
         norm_first=False, tie_word_embeddings=True, scale_embedding=False, layer_norm_eps=1e-3,
         decoder_attention_heads=2,
     ),
+    # Table 3's settings: a head size other than d_model / heads (rows B, C), learned positions (row E)
+    "d_k = d_v = 4": dict(norm_first=False, tie_word_embeddings=True, d_k=4, d_v=4),
+    "learned positions, untied": dict(norm_first=False, tie_word_embeddings=False, position_embedding_type="learned"),
 }
 
 
@@ -216,3 +220,15 @@ def test_existing_output_is_refused_unless_forced(tmp_path, monkeypatch, capsys)
     (output_dir / "hypotheses.en").unlink()
     run_script(monkeypatch, model_dir, output_dir, "--force", "--quantization", "float16")  # an earlier export
     assert (output_dir / "model.bin").stat().st_size > int8_size  # replaced by the float16 export
+
+
+def test_a_model_whose_key_and_value_sizes_differ_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """Table 3's row (B) shrinks d_k alone; CTranslate2 has one head size for queries, keys and values."""
+    model_dir = trained_model_folder(tmp_path / "model", norm_first=False, tie_word_embeddings=True, d_k=4)
+    capsys.readouterr()  # saving's progress bars
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(monkeypatch, model_dir, tmp_path / "ct2")
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, "export_ctranslate2.py",
+                          r"d_k \(4\) != d_v \(8\): CTranslate2 gives queries, keys and values one head size")
+    assert not (tmp_path / "ct2").exists()

@@ -197,9 +197,23 @@ def assert_gradients_close(got: dict, expected: dict, what: str) -> None:
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
 def test_a_packed_batch_gives_each_pairs_loss_and_gradients_as_the_pair_alone(packed, attention, norm_first):
-    features, batch = packed
     model = tiny_model(seed=1, dropout=0.0, label_smoothing=0.1, attn_implementation=attention,
                        norm_first=norm_first).train()
+    assert_each_pair_as_alone(model, *packed)
+
+
+def test_learned_positions_and_other_head_sizes_read_each_pairs_own_positions(packed):
+    """Table 3's settings in a packed batch: learned positions looked up by each token's position within its pair,
+    heads whose d_k and d_v differ from d_model / h (and from each other)."""
+    model = tiny_model(seed=1, dropout=0.0, label_smoothing=0.1, position_embedding_type="learned", d_k=4,
+                       d_v=12).train()
+    assert model.model.encoder.layers[0].self_attn.k_proj.weight.shape == (16, 32)  # 4 heads of d_k 4
+    assert_each_pair_as_alone(model, *packed)
+
+
+def assert_each_pair_as_alone(model, features, batch) -> None:
+    """Each pair's loss from the packed batch's logits, and the gradients of a pair at a row's start, middle and
+    end, are the pair's alone."""
     logits = model(**batch).logits
     for pair, feature in enumerate(features):  # every pair's loss, from the packed batch's logits
         on_target = batch["decoder_pair_ids"] == pair
@@ -347,11 +361,12 @@ def test_unpacked_training_evaluation_and_generate_never_take_the_packed_path(mo
     def refused(*args, **kwargs):
         raise AssertionError("an unpacked call took the packed path")
 
+    from modeling import attention_masks
     from modeling import modeling_annotated_transformer as modeling
 
-    for name in ("packed_attention_mask", "shift_tokens_right_per_pair"):
-        monkeypatch.setattr(modeling, name, refused)
-    monkeypatch.setattr(modeling.SinusoidalPositionalEncoding, "at", refused)
+    monkeypatch.setattr(attention_masks, "packed_attention_mask", refused)
+    monkeypatch.setattr(modeling, "shift_tokens_right_per_pair", refused)
+    monkeypatch.setattr(modeling.PositionLookups, "at", refused)
     assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6),
                        expected_tokens)
     assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,

@@ -9,8 +9,11 @@ CTranslate2's defaults differ from this model, the export says what this model d
 
 - positional encoding: CTranslate2's converters write the concatenated [sin | cos] table of Marian and fairseq, and
   the table its runtime uses when a model stores none differs from ours too; §3.5 and
-  `sinusoidal_positional_encoding` interleave sin (even dimensions) and cos (odd dimensions), so our table is
-  written out as the position encodings (`max_position_embeddings` rows: longer inputs are an error, as here);
+  `sinusoidal_positional_encoding` interleave sin (even dimensions) and cos (odd dimensions), so each stack's table
+  is written out as its position encodings (`max_position_embeddings` rows: longer inputs are an error, as here),
+  the learned one of a model with `position_embedding_type="learned"` likewise;
+- heads: d_k = d_v other than d_model / heads (Table 3's rows that set them) as CTranslate2's `head_dim`; a model
+  whose d_k and d_v differ is refused, since CTranslate2 has one head size;
 - LayerNorm epsilon (`config.layer_norm_eps`) and the embedding scale sqrt(d_model) (`config.scale_embedding`);
 - vocabularies: the tokenizers' tokens in id order (one shared vocabulary when source and target agree, else
   source/target vocabularies), special tokens and the decoder start token `<s>` taken from the model config;
@@ -34,11 +37,11 @@ from pathlib import Path
 import torch
 
 from ..common.run_folders import refuse_output_in_checkpoint
-from ..modeling_annotated_transformer import sinusoidal_positional_encoding
+from ..configuration_annotated_transformer import AnnotatedTransformerConfig
 from ..pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from ..tokenization import save_tokenizers
 from .ctranslate2_runtime import CTRANSLATE2_MODEL_FILE, require_ctranslate2
-from .translation import load_translation_model
+from .translation import check_model_folder, load_translation_model
 
 try:
     from ctranslate2.converters import Converter
@@ -101,12 +104,23 @@ def _set_feed_forward(spec, feed_forward, sublayer) -> None:
     _set_layer_norm(spec.layer_norm, sublayer.layer_norm)
 
 
+def _head_dim(config, num_heads: int) -> int | None:
+    """CTranslate2's `head_dim` for heads of d_k = d_v other than d_model / heads (None: its default); it has one
+    size for queries, keys and values, so a model whose d_k and d_v differ is refused."""
+    d_k, d_v = config.head_sizes(num_heads)
+    if d_k != d_v:
+        raise ValueError(f"d_k ({d_k}) != d_v ({d_v}): CTranslate2 gives queries, keys and values one head size, so a "
+                         "model whose key and value sizes differ cannot be exported")
+    return None if d_k * num_heads == config.d_model else d_k
+
+
 def _set_stack(spec, stack, embed_tokens: torch.nn.Embedding, config) -> None:
-    """Embeddings (§3.4), our interleaved sinusoids (§3.5), and the final LayerNorm of a pre-norm stack."""
+    """Embeddings (§3.4), the stack's positions (our interleaved sinusoids, §3.5, or its learned table), and the
+    final LayerNorm of a pre-norm stack."""
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = embed_tokens.weight.detach()
     spec.scale_embeddings = config.scale_embedding  # True = multiply by sqrt(d_model)
-    spec.position_encodings.encodings = sinusoidal_positional_encoding(config.max_position_embeddings, config.d_model)
+    spec.position_encodings.encodings = stack.embeddings.embed_positions.table.detach().float()
     if config.norm_first:
         _set_layer_norm(spec.layer_norm, stack.layer_norm)
 
@@ -144,10 +158,12 @@ def transformer_spec_from_model(model, tokenizer, target_tokenizer=None):
     activation = _activation(config.activation_function)
     spec = transformer_spec.TransformerSpec(
         transformer_spec.TransformerEncoderSpec(
-            config.encoder_layers, config.encoder_attention_heads, pre_norm=config.norm_first, activation=activation
+            config.encoder_layers, config.encoder_attention_heads, pre_norm=config.norm_first, activation=activation,
+            head_dim=_head_dim(config, config.encoder_attention_heads),
         ),
         transformer_spec.TransformerDecoderSpec(
-            config.decoder_layers, config.decoder_attention_heads, pre_norm=config.norm_first, activation=activation
+            config.decoder_layers, config.decoder_attention_heads, pre_norm=config.norm_first, activation=activation,
+            head_dim=_head_dim(config, config.decoder_attention_heads),
         ),
     )
     encoder, decoder = model.model.encoder, model.model.decoder
@@ -225,6 +241,11 @@ def export_ctranslate2(
     if output_dir.resolve() in (model_dir.resolve(), *model_dir.resolve().parents):
         raise ValueError(f"output folder {output_dir} holds the model folder {model_dir}: replacing it would delete it")
     refuse_output_in_checkpoint(output_dir)
+    check_model_folder(model_dir)
+    if (model_dir / "config.json").is_file():  # what CTranslate2 cannot hold, named before the weights load
+        config = AnnotatedTransformerConfig.from_pretrained(model_dir)
+        for heads in (config.encoder_attention_heads, config.decoder_attention_heads):
+            _head_dim(config, heads)
     model, tokenizer, target_tokenizer = load_translation_model(model_dir, device="cpu")
     converter = AnnotatedTransformerConverter(model, tokenizer, target_tokenizer)
     converter.convert(str(output_dir), quantization=quantization, force=force)

@@ -25,7 +25,7 @@ from ..common.command_line import check_output_file, same_file, write_lines
 from ..data.corpus import canonical_split_names, find_text_pairs, load_parallel_corpus
 from ..tokenization import read_lines
 from .metrics import load_metric
-from .translation import load_translation_model, single_line, translate
+from .translation import corpus_perplexity, load_translation_model, single_line, translate
 
 HYPOTHESES_FILE, RESULTS_FILE = "hypotheses.txt", "results.json"
 
@@ -294,6 +294,8 @@ def evaluate_model(
     )
     seconds = time.perf_counter() - start
     scores, signatures = corpus_scores(hypotheses, test_set.references, lowercase_bleu=True)
+    perplexity = corpus_perplexity(test_set.sources, test_set.references, loaded, tokenizer, target_tokenizer,
+                                   max_tokens=max_tokens or 4096)
     results = {
         "model": str(Path(model).resolve()) if Path(model).exists() else str(model),
         "split": test_set.name,
@@ -306,6 +308,7 @@ def evaluate_model(
         "seconds": round(seconds, 2),
         **{name: stored_score(score) for name, score in scores.items()},
         "exact_match": stored_score(exact_match(hypotheses, test_set.references)),
+        "perplexity": round(perplexity, 4),  # per target token, teacher-forced (`corpus_perplexity`)
         "signatures": signatures,
         "hypotheses": HYPOTHESES_FILE,
     }
@@ -321,7 +324,8 @@ def summary_line(results: dict) -> str:
     return (
         f"{results['split']}: BLEU {results['bleu']:.2f} ({signatures['bleu']}) | lowercased BLEU "
         f"{results['bleu_lowercase']:.2f} ({signatures['bleu_lowercase']}) | chrF {results['chrf']:.2f} "
-        f"({signatures['chrf']}) | {results['sentences']} sentences, beam {results['num_beams']}, "
+        f"({signatures['chrf']}) | perplexity {results['perplexity']:.2f} | {results['sentences']} sentences, beam "
+        f"{results['num_beams']}, "
         f"{results['seconds']:.1f} s"
     )
 

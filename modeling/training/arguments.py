@@ -20,7 +20,7 @@ import torch
 from transformers import Seq2SeqTrainingArguments, get_scheduler
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 
-from ..configuration_annotated_transformer import INIT_SCHEMES, PRESETS, AnnotatedTransformerConfig
+from ..configuration_annotated_transformer import INIT_SCHEMES, POSITION_EMBEDDING_TYPES, PRESETS, AnnotatedTransformerConfig
 from ..data.corpus import SYNTHETIC_TASKS, is_synthetic_task
 from .schedule import NOAM
 
@@ -42,6 +42,9 @@ CONFIG_FIELDS_OF_FLAG = {
     "decoder_layers": ("decoder_layers",),
     "attention_heads": ("encoder_attention_heads", "decoder_attention_heads"),
     "ffn_dim": ("encoder_ffn_dim", "decoder_ffn_dim"),
+    "d_k": ("d_k",),
+    "d_v": ("d_v",),
+    "position_embedding_type": ("position_embedding_type",),
     "dropout": ("dropout",),
     "attention_dropout": ("attention_dropout",),
     "activation_dropout": ("activation_dropout",),
@@ -66,6 +69,17 @@ class ModelArguments:
     )
     ffn_dim: int | None = field(
         default=None, metadata={"help": "Feed-forward inner size d_ff of encoder and decoder (overrides the preset)."}
+    )
+    d_k: int | None = field(
+        default=None, metadata={"help": "Each head's query and key size d_k (§3.2.2; default d_model / heads)."}
+    )
+    d_v: int | None = field(
+        default=None, metadata={"help": "Each head's value size d_v (§3.2.2; default d_model / heads)."}
+    )
+    position_embedding_type: str | None = field(
+        default=None,
+        metadata={"help": f"Positions: one of {', '.join(POSITION_EMBEDDING_TYPES)} (default: "
+                  f"{AnnotatedTransformerConfig.position_embedding_type}; learned: Table 3's row (E))."},
     )
     dropout: float | None = field(default=None, metadata={"help": "P_drop of §5.4 (overrides the preset)."})
     attention_dropout: float | None = field(default=None, metadata={"help": "Dropout on attention weights."})

@@ -29,6 +29,7 @@ from ..common.run_folders import (
     list_checkpoints,
     refuse_output_in_checkpoint,
 )
+from ..configuration_annotated_transformer import AnnotatedTransformerConfig
 from ..inference.model_card import MODEL_CARD_NAME, averaged_model_card
 from ..pipeline_annotated_transformer import TARGET_TOKENIZER_SUBDIR
 from ..tokenization import load_tokenizers, same_vocabulary
@@ -53,8 +54,14 @@ RESUMED_STATES = (
 # another must agree on every one.
 ARCHITECTURE_FIELDS = (
     "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
-    "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "norm_first", "tie_word_embeddings",
+    "encoder_ffn_dim", "decoder_ffn_dim", "d_k", "d_v", "max_position_embeddings", "position_embedding_type",
+    "norm_first", "tie_word_embeddings",
 )
+
+
+def architecture_value(saved: dict, name: str):
+    """A field of a saved config.json; a field it lacks (saved before the field existed) is its default."""
+    return saved.get(name, getattr(AnnotatedTransformerConfig, name, None))
 
 
 
@@ -227,8 +234,9 @@ def refuse_mismatched_checkpoints(checkpoints: Sequence[Path]) -> None:
         json_object(checkpoints[-1] / "generation_config.json")
     first, fields = checkpoints[0], ("model_type", *ARCHITECTURE_FIELDS, "vocab_size", "src_vocab_size")
     for checkpoint, config in zip(checkpoints[1:], configs[1:]):
-        differences = [f"{name} {configs[0].get(name)} in {first}, {config.get(name)} in {checkpoint}"
-                       for name in fields if config.get(name) != configs[0].get(name)]
+        differences = [f"{name} {architecture_value(configs[0], name)} in {first}, "
+                       f"{architecture_value(config, name)} in {checkpoint}"
+                       for name in fields if architecture_value(config, name) != architecture_value(configs[0], name)]
         if differences:
             raise ValueError(f"the checkpoints hold different models ({'; '.join(differences)}): average checkpoints "
                              "of one run")

@@ -26,6 +26,7 @@ from .checkpoints import (
     AVERAGED_FROM_NAME,
     CHECKPOINT_PATTERN,
     TRAINER_STATE_NAME,
+    architecture_value,
     callback_record,
     checkpoint_problem,
     checkpoint_step,
@@ -88,8 +89,8 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
     """Refuse to resume a checkpoint whose model has other sizes than the arguments ask for (its weights would not
     fit; the Trainer failed with a size-mismatch traceback)."""
     saved = json_object(Path(checkpoint) / "config.json")
-    differences = [f"{name} {saved.get(name)} there, {getattr(config, name)} here" for name in ARCHITECTURE_FIELDS
-                   if saved.get(name) != getattr(config, name)]
+    differences = [f"{name} {architecture_value(saved, name)} there, {getattr(config, name)} here"
+                   for name in ARCHITECTURE_FIELDS if architecture_value(saved, name) != getattr(config, name)]
     if differences:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint} holds another architecture ({'; '.join(differences)}): resume "

@@ -1,0 +1,78 @@
+"""docs/results.md's Table 3: each row of configs/table3/rows.yaml as measured (benchmarks/results-table3-cpu.json,
+written by scripts/table3.py) beside the paper's own row (benchmarks/paper-table3.json)."""
+
+from __future__ import annotations
+
+from .formats import Benchmarks, FiguresError, _block, _table, table
+
+RESULTS = "results-table3-cpu.json"
+PAPER = "paper-table3.json"
+
+
+def _figure(value, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _difference(entry: dict | None) -> str:
+    """A difference from the base row's mean, marked "tie" when inside the base seeds' spread."""
+    if entry is None:
+        return "—"
+    return f"{entry['difference']:+.2f}" + (" (tie)" if entry["tie"] else "")
+
+
+def _params(count) -> str:
+    return "—" if count is None else f"{count / 1e6:.2f}M"
+
+
+@table("table3")
+def table3(benchmarks: Benchmarks) -> str:
+    """Ours (validation perplexity and BLEU, test BLEU, the differences from the base row) beside the paper's."""
+    paper = benchmarks(PAPER)
+    try:
+        results = benchmarks(RESULTS)
+    except FiguresError:
+        results = {"runs": {}, "summary": {}}
+    runs, summary = results["runs"], results.get("summary") or {}
+    differences = summary.get("differences", {})
+    rows = []
+    for name, theirs in paper["rows"].items():
+        measured = {key: run for key, run in runs.items() if run["row"] == name}
+        if name == "base" and measured:
+            base = summary["base"]
+            ours = (f"{base['validation_perplexity']['mean']:.2f} ± {base['validation_perplexity']['spread'] / 2:.2f}",
+                    f"{base['validation_bleu']['mean']:.2f} ± {base['validation_bleu']['spread'] / 2:.2f}",
+                    f"{base['test_bleu']['mean']:.2f} ± {base['test_bleu']['spread'] / 2:.2f}", "", "")
+            parameters = next(iter(measured.values()))["parameters"]
+        elif measured:
+            (key, run), = measured.items()
+            ours = (_figure(run["validation"]["perplexity"]), _figure(run["validation"]["bleu"]),
+                    _figure(run["test"]["bleu"]), _difference(differences.get(key, {}).get("validation_perplexity")),
+                    _difference(differences.get(key, {}).get("validation_bleu")))
+            parameters = run["parameters"]
+        else:
+            ours, parameters = ("not measured yet", "", "", "", ""), None
+        description = next((run["description"] for run in measured.values()), "")
+        rows.append((f"`{name}`", description, _params(parameters), *ours, theirs["paper_row"], theirs["setting"],
+                     _figure(theirs["ppl"]), _figure(theirs["bleu"], 1),
+                     "—" if theirs["params"] is None else f"{theirs['params']}M"))
+    header = ("row", "ours", "params", "PPL (val)", "BLEU (val)", "BLEU (test)", "Δ PPL", "Δ BLEU (val)", "paper",
+              "paper's setting", "PPL (dev)", "BLEU (dev)", "params")
+    environments = [run["environment"] for run in runs.values()]
+    if environments:
+        environment = environments[0]
+        budget = results["budget"]
+        line = (f"Hardware: {environment['hardware']}, {environment['device']}"
+                f"{', %d threads' % environment['threads'] if environment.get('threads') else ''}; software: torch "
+                f"{environment['torch']}, transformers {environment['transformers']}; measured with version "
+                f"{', '.join(sorted({e['package_version'] for e in environments if e.get('package_version')}))}. "
+                f"Each run: {budget['max_steps']:,} steps, the average of its last {budget['averaged_checkpoints']} "
+                f"saves, beam {budget['num_beams']}; Multi30k English→German, validation = val, test = "
+                f"test_2016_flickr; perplexity per target BPE token. The base row: mean ± half the spread of "
+                f"{summary['base_runs']} seeds; a difference inside the spread is a tie. Measured: {len(runs)} of "
+                f"21 runs.")
+    else:
+        line = "Hardware: none yet; software: torch and transformers as installed. No run measured yet."
+    return _block(line, _table(header, rows), paper["source"] + ".")
+
+
+__all__ = ["PAPER", "RESULTS", "table3"]
