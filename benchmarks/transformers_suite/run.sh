@@ -7,6 +7,11 @@
 #   pip install parameterized pytest-xdist
 #   bash benchmarks/transformers_suite/run.sh /tmp/transformers [PYTEST ARGS, e.g. -k "compile or cache"]
 # It copies the test file into the checkout's tests/models/annotated/ and exits with our run's status.
+# To rerun the suite with another model setting, give config arguments as a JSON object in ANNOTATED_CONFIG: they are
+# merged into (and override) the tester's, e.g.
+#   ANNOTATED_CONFIG='{"norm_first": true}' bash benchmarks/transformers_suite/run.sh /tmp/transformers
+#   ANNOTATED_CONFIG='{"tie_word_embeddings": false}' bash benchmarks/transformers_suite/run.sh /tmp/transformers
+# (Marian's run, for comparison, does not read it.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)

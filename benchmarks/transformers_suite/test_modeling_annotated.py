@@ -1,18 +1,27 @@
 # transformers' common model tests (ModelTesterMixin, GenerationTesterMixin, PipelineTesterMixin) against the
 # Annotated Transformer, in the shape of transformers' tests/models/marian/test_modeling_marian.py (MarianModelTest):
 # the same tester sizes and token ids, only the classes differ (they join transformers' lists of model class names,
-# and the decoder gets the encoder's output in Marian's cached-decoding check); no common test is skipped or
-# overridden. Marian's tests of its own features (shared or resized decoder embeddings, fp16 generate on an
-# accelerator) are left out. It runs from inside a transformers checkout's tests/ tree (its relative imports): see
-# run.sh beside it.
+# and the decoder gets the encoder's output in Marian's cached-decoding check). No common test is skipped; one is
+# overridden, as transformers' own T5 test overrides it for encoder-decoders: `test_custom_4d_attention_mask` (see
+# there). Marian's tests of its own features (shared or resized decoder embeddings, fp16 generate on an accelerator)
+# are left out. `ANNOTATED_CONFIG`, a JSON object in the environment, is merged into the tester's config arguments
+# (e.g. '{"norm_first": true}'), to rerun the whole suite with another model setting. It runs from inside a
+# transformers checkout's tests/ tree (its relative imports): see run.sh beside it.
 """Testing suite for the AnnotatedTransformer model, with transformers' common mixins."""
 
+import json
+import os
 import tempfile
 import unittest
 
 from transformers import is_torch_available
 from transformers.models.auto import modeling_auto
-from transformers.testing_utils import require_torch, torch_device
+from transformers.testing_utils import (
+    require_torch,
+    set_config_for_less_flaky_test,
+    set_model_for_less_flaky_test,
+    torch_device,
+)
 
 from ...generation.test_utils import GenerationTesterMixin
 from ...test_configuration_common import ConfigTester
@@ -29,6 +38,13 @@ from modeling.modeling_annotated_transformer import AnnotatedTransformerDecoder,
 
 if is_torch_available():
     import torch
+    import torch.nn.functional as F
+
+# Extra config arguments for the whole suite, e.g. ANNOTATED_CONFIG='{"norm_first": true}' (see run.sh): they
+# override the tester's own.
+EXTRA_CONFIG_KWARGS = json.loads(os.environ.get("ANNOTATED_CONFIG") or "{}")
+if not isinstance(EXTRA_CONFIG_KWARGS, dict):
+    raise ValueError(f"ANNOTATED_CONFIG must be a JSON object, got {os.environ['ANNOTATED_CONFIG']!r}")
 
 # The mixins tell a base model from a model with a head, and which labels to build, by transformers' own lists of
 # class names (a built-in model is in them, a model registered with the Auto classes is not): our classes join them
@@ -115,7 +131,7 @@ class AnnotatedTransformerModelTester:
         return config, inputs_dict
 
     def get_config(self):
-        return AnnotatedTransformerConfig(
+        kwargs = dict(
             vocab_size=self.vocab_size,
             d_model=self.hidden_size,
             encoder_layers=self.num_hidden_layers,
@@ -133,6 +149,8 @@ class AnnotatedTransformerModelTester:
             pad_token_id=self.pad_token_id,
             decoder_start_token_id=self.decoder_start_token_id,
         )
+        kwargs.update(EXTRA_CONFIG_KWARGS)  # ANNOTATED_CONFIG
+        return AnnotatedTransformerConfig(**kwargs)
 
     def prepare_config_and_inputs_for_common(self):
         config, inputs_dict = self.prepare_config_and_inputs()
@@ -247,3 +265,48 @@ class AnnotatedTransformerModelTest(ModelTesterMixin, GenerationTesterMixin, Pip
     def test_encoder_decoder_model_standalone(self):
         config_and_inputs = self.model_tester.prepare_config_and_inputs_for_common()
         self.model_tester.check_encoder_decoder_model_standalone(*config_and_inputs)
+
+    # overwrite because the common test is a decoder-only one: it calls the model with `input_ids` and `position_ids`
+    # alone, and an encoder-decoder then has no decoder inputs. As in T5's override, the 3 rows and the shared-prefix
+    # row are the decoder's (`decoder_input_ids`, and the custom 4D mask as `decoder_attention_mask`), here with their
+    # positions too (`decoder_position_ids`), so it checks what the common test does: the shared prefix, masked and
+    # positioned as 3 rows, gives the last tokens of the 3 unpacked rows the same distributions. All rows translate
+    # the same source (T5's passes a different source to each unpacked row, which the shared-prefix row can't match).
+    def test_custom_4d_attention_mask(self):
+        for model_class in self.all_generative_model_classes:
+            config, input_dict = self.model_tester.prepare_config_and_inputs_for_common()
+            set_config_for_less_flaky_test(config)
+            model = model_class(config).to(device=torch_device, dtype=torch.float32).eval()
+            set_model_for_less_flaky_test(model)
+
+            (
+                input_ids,
+                position_ids,
+                input_ids_shared_prefix,
+                mask_shared_prefix,
+                position_ids_shared_prefix,
+            ) = self._get_custom_4d_mask_test_data()
+            source_ids = input_dict["input_ids"][:1]
+
+            logits = model(
+                input_ids=source_ids.expand(input_ids.shape[0], -1),
+                decoder_input_ids=input_ids,
+                decoder_position_ids=position_ids,
+            ).logits
+            # logits.shape == torch.Size([3, 4, ...])
+
+            logits_shared_prefix = model(
+                input_ids=source_ids,
+                decoder_input_ids=input_ids_shared_prefix,
+                decoder_attention_mask=mask_shared_prefix,
+                decoder_position_ids=position_ids_shared_prefix,
+            ).logits
+            # logits_shared_prefix.shape == torch.Size([1, 6, ...])
+
+            out_last_tokens = logits[:, -1, :]  # last tokens in each batch line
+            out_shared_prefix_last_tokens = logits_shared_prefix[0, -3:, :]  # last three tokens
+
+            # comparing softmax-normalized logits:
+            normalized_0 = F.softmax(out_last_tokens, dim=-1)
+            normalized_1 = F.softmax(out_shared_prefix_last_tokens, dim=-1)
+            torch.testing.assert_close(normalized_0, normalized_1, rtol=1e-3, atol=1e-3)
