@@ -124,3 +124,37 @@ def test_the_readme_and_the_data_page_show_the_download_command_that_train_py_pr
     for page in (README, ROOT / "docs" / "data.md"):
         shown = re.search(r"^(mkdir -p data/multi30k .*\\\n.*)$", page.read_text(), flags=re.M)
         assert shown and " ".join(shown[1].replace("\\\n", " ").split()) == MULTI30K_DOWNLOAD, page.name
+
+
+# What stands in for something not known yet, which a user would meet as a dead link or a bare note
+PLACEHOLDERS = re.compile(r"(?i:YOUR[-_](?:ACCOUNT|NAME|ORG|USER)|lorem ipsum|REPLACE[-_ ]ME)|\b(?:TODO|FIXME|XXX)\b")
+
+
+def placeholders(root: Path) -> list[str]:
+    """"path:line: word" for each placeholder in a text file under `root` outside tests/ (docs, notebooks, code,
+    configs, JSON)."""
+    found = []
+    for path in repository_files(root):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith("tests/"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{relative}:{number}: {match.group()}" for match in PLACEHOLDERS.finditer(line)]
+    return found
+
+
+def test_nothing_users_get_holds_a_placeholder():
+    assert placeholders(ROOT) == []
+
+
+def test_the_placeholder_check_finds_an_address_not_known_yet(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "walk.ipynb").write_text('{"source": ["https://github.com/YOUR-ACCOUNT/x"]}\n')
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("# TODO here is allowed\n")
+    (tmp_path / "demo.py").write_text('gr.Textbox(placeholder="a sentence to translate")  # todo-list: a word\n')
+    assert placeholders(tmp_path) == ["notebooks/walk.ipynb:1: YOUR-ACCOUNT"]
