@@ -197,3 +197,19 @@ def test_a_killed_table_resumes_its_run_to_the_weights_of_an_uninterrupted_one(t
     for split in ("validation", "test"):
         assert resumed["runs"]["base"][split] == straight["runs"]["base"][split]
     assert 0 < resumed["runs"]["base"]["training_seconds"]  # both launches', the first up to its last checkpoint
+
+
+def test_a_run_begun_with_another_budget_is_not_resumed_with_this_one(tmp_path, capsys):
+    """The folder of a run stopped midway holds checkpoints of its own schedule: a rows file changed since (another
+    budget, other settings) is refused in one line before anything trains, rather than resuming the wrong run."""
+    rows = copy_task_rows(tmp_path, TWO_ROWS[:1])
+    runs = tmp_path / "runs"
+    (runs / "base").mkdir(parents=True)
+    (runs / "base.plan.json").write_text(json.dumps({"settings": {"seed": 0}, "budget": {"max_steps": 99}}))
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("table3").main(["--rows", str(rows), "--output_dir", str(runs), "--results",
+                                    str(tmp_path / "results.json")])
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, "table3.py", r"runs/base was begun with other settings or another "
+                          r"budget \(.*base\.plan\.json\): delete both to train it afresh")
+    assert not (tmp_path / "results.json").exists() and list((runs / "base").iterdir()) == []

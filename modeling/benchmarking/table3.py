@@ -164,6 +164,19 @@ def train(command: list[str], run_dir: Path, log: Callable[[str], None]) -> None
     log(f"{run_dir.name}: trained in {time.perf_counter() - start:.0f} s")
 
 
+def check_same_run(run_dir: Path, plan: dict) -> None:
+    """Note what a run trains with beside its folder (`<run>.plan.json`) before it starts, and refuse to go on with a
+    folder an earlier launch began with other settings or another budget (its checkpoints would resume the wrong
+    run)."""
+    path = run_dir.with_name(f"{run_dir.name}.plan.json")
+    if path.is_file() and json.loads(path.read_text()) != plan:
+        raise ValueError(f"{run_dir} was begun with other settings or another budget ({path}): delete both to "
+                         "train it afresh, or give another --output_dir")
+    if not path.is_file():
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        replace_text(path, json.dumps(plan) + "\n")
+
+
 def training_seconds(run_dir: Path) -> float | None:
     """The run's training time across its launches, as its final trainer_state.json records it (`TrainingClock`:
     the time after the last checkpoint of a killed launch is not counted, its steps being trained again)."""
@@ -294,6 +307,7 @@ def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, resul
                 log(f"{name}: done already (in {results_path})")
                 continue
             run_dir = output_dir / name
+            check_same_run(run_dir, {"settings": settings, "budget": results["budget"]})
             if not finished(run_dir, max_steps):
                 command = train_command(table, row, seed, run_dir, device, data_dir,
                                         tokenizer_dir if tokenizer_dir.is_dir() else None, train_script)
