@@ -55,20 +55,25 @@ def repository_files(root: Path) -> list[Path]:
     return sorted(root / name for name in listed if (root / name).is_file())
 
 
-def build_words(root: Path) -> list[str]:
-    """"path:line: word" for each build word in a text file under `root`, outside tests/ and docs/experiments.md."""
+def found_in_files(root: Path, pattern: re.Pattern, allowed: tuple[str, ...]) -> list[str]:
+    """"path:line: match" for each match of `pattern` in a text file under `root`, outside the paths `allowed`."""
     found = []
     for path in repository_files(root):
         relative = path.relative_to(root).as_posix()
-        if relative.startswith(BUILD_WORDS_ALLOWED):
+        if relative.startswith(allowed):
             continue
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):  # pictures, archives
             continue
         for number, line in enumerate(text.splitlines(), 1):
-            found += [f"{relative}:{number}: {match.group()}" for match in BUILD_WORDS.finditer(line)]
+            found += [f"{relative}:{number}: {match.group()}" for match in pattern.finditer(line)]
     return found
+
+
+def build_words(root: Path) -> list[str]:
+    """"path:line: word" for each build word in a text file under `root`, outside tests/ and docs/experiments.md."""
+    return found_in_files(root, BUILD_WORDS, BUILD_WORDS_ALLOWED)
 
 
 def test_nothing_users_get_speaks_of_how_the_project_is_built():
@@ -133,18 +138,7 @@ PLACEHOLDERS = re.compile(r"(?i:YOUR[-_](?:ACCOUNT|NAME|ORG|USER)|lorem ipsum|RE
 def placeholders(root: Path) -> list[str]:
     """"path:line: word" for each placeholder in a text file under `root` outside tests/ (docs, notebooks, code,
     configs, JSON)."""
-    found = []
-    for path in repository_files(root):
-        relative = path.relative_to(root).as_posix()
-        if relative.startswith("tests/"):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        for number, line in enumerate(text.splitlines(), 1):
-            found += [f"{relative}:{number}: {match.group()}" for match in PLACEHOLDERS.finditer(line)]
-    return found
+    return found_in_files(root, PLACEHOLDERS, ("tests/",))
 
 
 def test_nothing_users_get_holds_a_placeholder():
