@@ -121,6 +121,12 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         if following:
             super().__setattr__("src_vocab_size", value)
 
+    @property
+    def head_dim(self) -> int:
+        """Each encoder head's key (and query) size: transformers' name for it, which its caches and tests read. A
+        model whose d_k and d_v differ (Table 3's row B) has no single head size; this is then d_k."""
+        return self.head_sizes(self.encoder_attention_heads)[0]
+
     def head_sizes(self, num_heads: int) -> tuple[int, int]:
         """(d_k, d_v) of each of `num_heads` heads: the configured sizes, or d_model / heads (§3.2.2)."""
         return self.d_k or self.d_model // num_heads, self.d_v or self.d_model // num_heads
