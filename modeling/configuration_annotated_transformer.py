@@ -153,10 +153,9 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
             if self.d_model % heads != 0 and (self.d_k is None or self.d_v is None):
-                unset = " and ".join(f"`{size}`" for size in ("d_k", "d_v") if getattr(self, size) is None)
                 raise ValueError(
                     f"`d_model` ({self.d_model}) must be divisible by `{name}` ({heads}): each head gets "
-                    f"d_model / heads dimensions (§3.2.2) unless {unset} give its size."
+                    f"d_model / heads dimensions (§3.2.2) unless both `d_k` and `d_v` are set."
                 )
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
             raise ValueError(f"Unknown `position_embedding_type` {self.position_embedding_type!r}; choose one of "

@@ -40,7 +40,7 @@ def test_the_defaults_are_the_paper_base_models():
     (dict(position_embedding_type="rotary"), r"Unknown `position_embedding_type` 'rotary'; choose one of "
                                              r"\['sinusoidal', 'learned'\]"),
     (dict(d_model=30, d_k=6), r"`d_model` \(30\) must be divisible by `encoder_attention_heads` \(4\): each head gets "
-                              r"d_model / heads dimensions \(§3.2.2\) unless `d_v` give its size"),
+                              r"d_model / heads dimensions \(§3.2.2\) unless both `d_k` and `d_v` are set"),
 ])
 def test_bad_settings_are_refused_naming_the_value(overrides, message):
     with pytest.raises(Exception, match=message):
