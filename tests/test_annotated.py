@@ -3,6 +3,8 @@ its cells and their printed results (tests/test_notebook.py runs them as the not
 scripts/make_figures.py writes, with the data each plots)."""
 
 import ast
+import contextlib
+import io
 import json
 import math
 import re
@@ -14,25 +16,29 @@ import torch
 from launch_helpers import load_script
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 
-from modeling import AnnotatedTransformerConfig
+from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
 from modeling.learning import demonstrations as demo
 from modeling.learning.figures import FIGURES, TRAINED
 from modeling.learning.greedy import greedy_decode
-from tools.annotated_page.excerpts import REPOSITORY, excerpt, resolve
+from tools.annotated_page import solutions
+from tools.annotated_page.excerpts import REPOSITORY, abridge, excerpt, resolve
 from tools.annotated_page.figure_data import check_figures, data_path, figure_data, to_json, write_figures
 from tools.annotated_page.page import (
     FIGURES_DIR,
     PAGE,
     CellError,
+    check_page,
     check_text,
     figure_names,
     find_blocks,
+    only_definitions,
     parse,
     render_block,
     run_cells,
     same_printout,
     update_text,
 )
+from tools.annotated_page.solutions import GIVEAWAYS, given_away
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest (conftest)
 
@@ -78,8 +84,9 @@ def test_every_excerpt_on_the_page_is_the_live_source(page):
     excerpts = [block for block in blocks if block.kind == "excerpt"]
     assert len(excerpts) >= 15
     for block in excerpts:
-        assert page[block.start : block.end] == render_block("excerpt", block.name), (
+        assert page[block.start : block.end] == render_block("excerpt", block.name, keep=block.keep), (
             f"{block.label()} no longer matches the code: run `python scripts/make_figures.py --page`")
+    assert sum(bool(block.keep) for block in excerpts) >= 8  # the model's plumbing left out
 
 
 def test_every_printed_result_follows_the_cell_that_prints_it(page):
@@ -91,8 +98,8 @@ def test_every_printed_result_follows_the_cell_that_prints_it(page):
     assert len(outputs) >= 25 and all(any(cell.output is block for cell in parsed.cells) for block in outputs)
     assert sorted(cell.figure for cell in parsed.cells if cell.figure) == sorted(FIGURES)
     assert all("figures." in cell.source for cell in parsed.cells if cell.figure)
-    assert [cell.role for cell in parsed.cells if cell.exercise] == ["stub", "check"] * 5
-    assert 1 <= sum(cell.slow for cell in parsed.cells) <= 5  # the cells that train, and those that use the model
+    assert [cell.role for cell in parsed.cells if cell.exercise] == ["stub", "check"] * 10
+    assert 1 <= sum(cell.slow for cell in parsed.cells) <= 8  # the cells that train, and those that use the model
 
 
 def test_a_changed_excerpt_or_printout_is_named_stale_and_rendering_restores_it():
@@ -132,6 +139,61 @@ def test_broken_markers_and_unknown_names_are_named():
                      "figures/masks.png does not follow the cell", "exercise lonely holds 1 cells",
                      "malformed marker", "output: masks --> is not closed"):
         assert any(expected in problem for problem in problems), (expected, problems)
+
+
+ABRIDGED_SOURCE = '''def f(x, y):
+    """Docstring."""
+    a = 1  # plumbing
+    # why b
+    b = (x +
+         y)
+    if x:
+        c = 2
+    else:
+        d = 3
+    for i in range(3):
+        e = i
+    return b
+'''
+
+
+def test_an_abridged_excerpt_keeps_whole_statements_their_blocks_headers_and_marks_what_it_leaves_out():
+    assert abridge(ABRIDGED_SOURCE, ("b = (", "d = 3", "for i in")) == '''def f(x, y):
+    # …
+    # why b
+    b = (x +
+         y)
+    if x:
+        # …
+    else:
+        d = 3
+    for i in range(3):
+        e = i
+    # …'''
+    with pytest.raises(ValueError, match="no statement holds 'z = 4'"):  # the code changed: the excerpt says so
+        abridge(ABRIDGED_SOURCE, ("b = (", "z = 4"))
+
+
+def test_an_abridged_excerpt_of_the_model_quotes_its_lines_in_order_and_links_the_whole():
+    name = "modeling.modeling_annotated_transformer.AnnotatedTransformerDecoder.forward"
+    keep = ("encoder_hidden_states=None", "hidden_states = self.embeddings(", "for layer in self.layers")
+    abridged = excerpt(name, keep).splitlines()
+    assert abridged[0] == "# modeling/modeling_annotated_transformer.py, abridged" and "# …" in [line.strip()
+                                                                                          for line in abridged]
+    assert len(abridged) < len(excerpt(name).splitlines()) / 2
+    full = excerpt(name).splitlines()[1:]
+    position = 0
+    for line in abridged[1:]:  # every line but the elisions is the source's, in order
+        if line.strip() != "# …":
+            position = full.index(line, position) + 1
+    assert any("for layer in self.layers:" in line for line in abridged)
+    rendered = render_block("excerpt", name, keep=keep)
+    assert rendered.endswith("The whole of `AnnotatedTransformerDecoder.forward`: [modeling/modeling_annotated_transformer.py]"
+                             "(../modeling/modeling_annotated_transformer.py).\n")
+    text = f"<!-- keep: {' | '.join(keep)} -->\n<!-- excerpt: {name} -->\n```python\n```\n<!-- /excerpt -->\n"
+    assert parse(text).blocks[0].keep == keep and update_text(text)[0].count("# …") >= 2
+    assert any("is not followed by an excerpt" in problem
+               for problem in parse("<!-- keep: return -->\n\nText.\n").problems)
 
 
 def test_excerpts_are_taken_by_object_with_the_file_they_come_from():
@@ -586,3 +648,96 @@ def test_a_fully_masked_row_is_nan_with_minus_1e9_and_uniform_with_the_dtype_min
     assert minus_1e9 == float("-inf") and scores.fill_(minus_1e9).softmax(-1).isnan().all()
     uniform = scores.fill_(torch.finfo(torch.float16).min).softmax(-1)
     torch.testing.assert_close(uniform, torch.full((4,), 0.25))
+
+
+# ---- the model built from scratch, the exercises' answers ----------------------------------------------------------
+
+
+def walk_namespace(page: str) -> dict:
+    """What the page's cells define: its setup cell, then every cell that only imports and defines (functions,
+    classes), in order, the exercises' stubs left out; the walk's own solutions come after their breaks."""
+    cells = parse(page).cells
+    namespace: dict = {"__name__": "__main__"}
+    for cell in [cells[0], *(cell for cell in cells[1:] if not cell.exercise and only_definitions(cell.source))]:
+        exec(compile(cell.source, f"<docs/annotated.md, {cell.label()}>", "exec"), namespace)
+    return namespace
+
+
+def test_no_exercise_s_answer_shows_before_its_solution_break(page):
+    assert given_away(page) == []
+    assert len(parse(page).exercises) >= 9 and set(GIVEAWAYS) == {name for name, _, _ in parse(page).exercises}
+    name, _, end = next(exercise for exercise in parse(page).exercises if exercise[0] == "causal_mask")
+    leaked = page[:end] + "\n```python\nmask = torch.ones(4, 4).tril()\n```\n" + page[end:]
+    found = given_away(leaked)
+    assert len(found) == 1 and "'tril' gives away the answer of exercise causal_mask" in found[0]
+
+
+@pytest.mark.parametrize("name", sorted(GIVEAWAYS))
+def test_each_giveaway_finds_its_exercise_s_answer(name):
+    """A pattern that found nothing would let any page pass: each finds the solution it stands for."""
+    import inspect
+
+    assert re.search(GIVEAWAYS[name], inspect.getsource(getattr(solutions, name))), name
+
+
+def test_the_page_check_names_an_answer_given_away(page, tmp_path):
+    leaked = page.replace("<!-- solution: smoothed_target -->\n", "", 1)
+    assert leaked != page
+    (tmp_path / "annotated.md").write_text(leaked, encoding="utf-8")
+    problems = check_page(tmp_path / "annotated.md", FIGURES_DIR, run=False)
+    assert any("gives away the answer of exercise smoothed_target" in problem for problem in problems)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_the_walk_s_model_gives_the_package_s_logits(page, norm_first):
+    """The model the page builds from scratch, carrying a package model's weights under its own names, gives its
+    logits for a padded batch (to 1e-5), post-norm and pre-norm; with the other placement it would not."""
+    walk = walk_namespace(page)
+    package = tiny_model(0, norm_first=norm_first)
+    input_ids, attention_mask = padded_batch()
+    decoder_input_ids = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 0, 0]])
+    ours = walk["from_package"](package)
+    with torch.no_grad():
+        expected = package(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                           decoder_attention_mask=(decoder_input_ids != 0).long()).logits
+        logits = ours(input_ids, decoder_input_ids, *walk["make_masks"](input_ids, decoder_input_ids))
+        torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+        other = walk["make_model"](package.config.vocab_size, 2, 32, 64, 4, 0.0, not norm_first).eval()
+        other.load_state_dict(walk["package_to_ours"](package.state_dict()), strict=False)
+        assert (other(input_ids, decoder_input_ids, *walk["make_masks"](input_ids, decoder_input_ids))
+                - expected).abs().max() > 1e-2
+
+
+def test_the_walk_s_greedy_decoding_gives_the_tokens_of_generate(page):
+    walk = walk_namespace(page)
+    package = trained_to_copy(tiny_model(0), steps=200)
+    input_ids, attention_mask = padded_batch()
+    expected = package.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False,
+                                max_new_tokens=10)
+    decoded = walk["greedy_decode"](walk["from_package"](package), input_ids, attention_mask.bool()[:, None, None, :],
+                                    10)
+    assert torch.equal(decoded, expected)
+    assert_varied(expected)
+
+
+def test_a_trained_model_folder_decodes_alike_in_the_walk_s_model(page, tmp_path, monkeypatch):
+    """The page's cell that carries a trained model into the model built from scratch, given a translation model's
+    folder (`ANNOTATED_TRANSFORMER_MODEL`): German sentences in, the same tokens as generate() out, printed as
+    Source / Target / Model Output."""
+    tokenizer = demo.joint_tokenizer()
+    config = AnnotatedTransformerConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+                                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                        decoder_ffn_dim=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = trained_to_copy(AnnotatedTransformerForConditionalGeneration(config), steps=100)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    walk = walk_namespace(page)
+    cell = next(cell for cell in parse(page).cells if "MODEL_FOLDER = os.environ" in cell.source)
+    monkeypatch.setenv("ANNOTATED_TRANSFORMER_MODEL", str(tmp_path))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(cell.source, "<the trained model's cell>", "exec"), walk)
+    lines = printed.getvalue().splitlines()
+    assert lines[1] == f"Source:       {demo.EXAMPLE_PAIRS[0][0]}" and lines[2] == f"Target:       {demo.EXAMPLE_PAIRS[0][1]}"
+    assert sum(line.startswith("Model Output: ") for line in lines) == 3

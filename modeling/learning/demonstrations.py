@@ -34,7 +34,8 @@ from ..modeling_annotated_transformer import (
     sinusoidal_positional_encoding,
 )
 from ..tokenization import train_translation_tokenizers
-from ..training.copy_task import copy_batch, train_copy_task
+from ..training.copy_task import copy_batch
+from .copy_task import greedy_accuracy, train_with_seq2seq_trainer
 from ..training.schedule import noam_learning_rate
 from .greedy import greedy_decode
 
@@ -546,7 +547,7 @@ def attention_weights(model, input_ids: torch.Tensor, decoder_input_ids: torch.T
 
 @dataclass
 class CopyAttention:
-    accuracy: float  # token accuracy of greedy decoding on 200 held-out sequences (`train_copy_task`)
+    accuracy: float  # token accuracy of greedy decoding on 200 held-out sequences (`greedy_accuracy`)
     source: list[int]
     decoder_input: list[int]  # <s>, then the greedy output without </s>
     attentions: dict[str, tuple[torch.Tensor, ...]]  # `attention_weights`: kind -> per layer (heads, queries, keys)
@@ -568,9 +569,11 @@ def copy_example(model, length: int = 10, seed: int = 2) -> tuple[torch.Tensor, 
 
 
 def copy_task_attention(steps: int = 350, length: int = 10, seed: int = 0) -> CopyAttention:
-    """Train the copy task's tiny model (`train_copy_task`: Adam, the Noam schedule, label smoothing 0.1), decode a
-    new random sequence greedily, and take every layer's attention weights of each kind (eagerly)."""
-    model, accuracy = train_copy_task(steps=steps, length=length, seed=seed)
+    """Train the copy task's tiny model as the walk does (`train_with_seq2seq_trainer`: Adam, the Noam schedule,
+    label smoothing 0.1), decode a new random sequence greedily, and take every layer's attention weights of each kind
+    (eagerly)."""
+    model, _ = train_with_seq2seq_trainer(steps=steps, length=length, seed=seed)
+    accuracy = greedy_accuracy(model, length, seed=seed + 1)
     source, decoder_input = copy_example(model, length, seed + 2)
     model.set_attn_implementation("eager")
     return CopyAttention(accuracy, source[0].tolist(), decoder_input[0].tolist(),

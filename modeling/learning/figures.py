@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import modeling_annotated_transformer as package
 from ..inference.attention_plots import require_matplotlib
 from ..modeling_annotated_transformer import sinusoidal_positional_encoding
 from ..tokenization import SPECIAL_TOKENS
@@ -32,6 +33,92 @@ def _figure(panels: int, height: float = PANEL[1], width: float = PANEL[0]):
 def token_names(ids: Sequence[int]) -> list[str]:
     """Ids as the page writes them: special tokens by name (<pad> <s> </s> <unk>), others as numbers."""
     return [SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else str(i) for i in ids]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Figure 1: the map
+# ----------------------------------------------------------------------------------------------------------------------
+
+_ATTENTION, _NORM, _FEED_FORWARD = "#fbe3c6", "#f4f0a8", "#c9e7f5"
+
+
+def model_map_figure():
+    """Figure 1 of the paper redrawn, each box labelled with the package's class (or attribute) that implements it:
+    the encoder on the left, the decoder on the right, N identical layers each, the output projection on top."""
+    figure = require_matplotlib().Figure(figsize=(8.4, 9.4), layout="constrained")
+    axes = figure.subplots()
+    axes.set(xlim=(0, 10.6), ylim=(-0.1, 13.1))
+    axes.axis("off")
+    from matplotlib.patches import FancyBboxPatch  # matplotlib is there: require_matplotlib found it
+
+    width, code = 3.7, dict(family="monospace", color="#333333")
+
+    def box(x, y, label, name, colour, height=0.8):
+        axes.add_patch(FancyBboxPatch((x - width / 2, y), width, height, boxstyle="round,pad=0.02,rounding_size=0.1",
+                                      facecolor=colour, edgecolor="black", lw=1))
+        axes.text(x, y + height * 0.64, label, ha="center", va="center", fontsize=9.5)
+        axes.text(x, y + height * 0.26, name, ha="center", va="center", fontsize=7.5, **code)
+        return y + height
+
+    def arrow(x, y0, y1):
+        axes.annotate("", (x, y1), (x, y0), arrowprops=dict(arrowstyle="->", lw=1))
+
+    def stack(x, y, sublayers, layer, stack_name, side=-1):
+        """N identical layers: each sub-layer, then its Add & Norm; returns the sub-layers' centres and the top."""
+        top = y + 0.25 + len(sublayers) * 2.2
+        axes.add_patch(FancyBboxPatch((x - width / 2 - 0.3, y), width + 0.6, top - y + 0.05,
+                                      boxstyle="round,pad=0.02,rounding_size=0.2", facecolor="#f2f2f2",
+                                      edgecolor="#555555", lw=1.2))
+        axes.text(x + side * (width / 2 + 0.4), (y + top) / 2, "N ×", ha="right" if side < 0 else "left",
+                  va="center", fontsize=11)
+        axes.text(x - 0.15, y - 0.1, f"{layer} × N\nin {stack_name}", ha="right", va="top", fontsize=7, **code)
+        centres, y = [], y + 0.25
+        for index, (label, name, colour) in enumerate(sublayers):
+            centres.append(y + 0.45)
+            y = box(x, y, label, name, colour, height=0.9)
+            arrow(x, y, y + 0.15)
+            y = box(x, y + 0.15, "Add & Norm", package.SublayerConnection.__name__, _NORM, height=0.7) + 0.45
+            if index < len(sublayers) - 1:
+                arrow(x, y - 0.45, y)
+        return centres, top
+
+    attention, feed_forward = package.AnnotatedTransformerAttention.__name__, package.PositionwiseFeedForward.__name__
+    left, right = 3.0, 7.9  # the encoder's and the decoder's column
+    for x, side, inputs in ((left, "Input", "Inputs: source ids"), (right, "Output", "Outputs, shifted right (<s> first)")):
+        axes.text(x, 0.05, inputs, ha="center", va="center", fontsize=9)
+        arrow(x, 0.25, 0.5)
+        top = box(x, 0.5, f"{side} Embedding × √d_model", f"{package.TransformerEmbeddings.__name__} (embed_tokens)",
+                  "#f9d0d9")
+        arrow(x, top, top + 0.22)
+        axes.text(x, top + 0.45, "+", ha="center", va="center", fontsize=15)
+        axes.text(x - 0.3, top + 0.45, "Positional Encoding", ha="right", va="center", fontsize=8.5)
+        axes.text(x + 0.3, top + 0.45, package.SinusoidalPositionalEncoding.__name__, ha="left", va="center",
+                  fontsize=6.5, **code)
+        arrow(x, top + 0.68, top + 1.1)
+    encoder_centres, encoder_top = stack(
+        left, 2.5, [("Multi-Head Attention", attention, _ATTENTION), ("Feed Forward", feed_forward, _FEED_FORWARD)],
+        package.AnnotatedTransformerEncoderLayer.__name__, package.AnnotatedTransformerEncoder.__name__)
+    decoder_centres, decoder_top = stack(
+        right, 2.5, [("Masked Multi-Head Attention", attention, _ATTENTION), ("Multi-Head Attention", attention,
+                                                                            _ATTENTION),
+                   ("Feed Forward", feed_forward, _FEED_FORWARD)],
+        package.AnnotatedTransformerDecoderLayer.__name__, package.AnnotatedTransformerDecoder.__name__, side=1)
+    # the encoder's output (memory) into every decoder layer's encoder-decoder attention
+    turn, gap = encoder_top + 0.45, (left + right) / 2
+    axes.plot([left, left, gap, gap], [encoder_top + 0.05, turn, turn, decoder_centres[1]], color="black", lw=1.2)
+    axes.annotate("", (right - width / 2, decoder_centres[1]), (gap, decoder_centres[1]),
+                  arrowprops=dict(arrowstyle="->", lw=1.2))
+    axes.text(left - width / 2 - 0.3, turn + 0.12, "memory: the encoder's output, the keys and values\nof each decoder layer's "
+              "encoder-decoder attention", ha="left", va="bottom", fontsize=7.5)
+    arrow(right, decoder_top + 0.05, decoder_top + 0.35)
+    top = box(right, decoder_top + 0.35, "Linear", "lm_head (the embeddings' matrix, §3.4)", "#d8d0f0")
+    arrow(right, top, top + 0.2)
+    top = box(right, top + 0.2, "Softmax", "in the loss, and in generate()", "#c8ecc8")
+    arrow(right, top, top + 0.25)
+    axes.text(right, top + 0.42, "Output Probabilities", ha="center", va="center", fontsize=9)
+    axes.set_title("Figure 1 of the paper, with the package's classes\n(the whole model: "
+                   f"{package.AnnotatedTransformerForConditionalGeneration.__name__})", fontsize=10)
+    return figure
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -296,16 +383,17 @@ def copy_task_attention_figure(result: demo.CopyAttention | None = None):
 
 
 FIGURES: dict[str, Callable] = {  # in the page's order
+    "model_map": model_map_figure,
     "positional_encoding": positional_encoding_figure,
     "relative_positions": relative_positions_figure,
     "masks": masks_figure,
     "attention_scaling": attention_scaling_figure,
-    "sublayer_connection": sublayer_connection_figure,
     "layer_norm_batch_norm": layer_norm_batch_norm_figure,
     "token_budget_batches": token_budget_batches_figure,
     "noam_schedule": noam_schedule_figure,
     "label_smoothing": label_smoothing_figure,
     "copy_task_attention": copy_task_attention_figure,
+    "sublayer_connection": sublayer_connection_figure,  # the appendix
 }
 TRAINED = {"copy_task_attention"}  # the figures that train a model first (seconds, not a fraction of one)
 
@@ -337,6 +425,7 @@ __all__ = [
     "label_smoothing_figure",
     "layer_norm_batch_norm_figure",
     "masks_figure",
+    "model_map_figure",
     "noam_schedule_figure",
     "positional_encoding_figure",
     "relative_positions_figure",

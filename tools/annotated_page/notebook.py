@@ -1,10 +1,17 @@
 """The notebooks of the walk, generated from docs/annotated.md so that they cannot drift from it.
 
 `build_notebook(text)` turns the page into a notebook: its prose (excerpts included, as code to read) into markdown
-cells, each of its cells into a code cell, after a first cell that installs the package where it is missing (as on
-Colab, whose badge opens the notebook). Its output blocks become the cells' outputs, its pictures the figures the
-cells draw. `build_notebook(text, solutions=True)` is the solutions notebook: each exercise's statement, its solution
-(`solutions.py`) in place of the stub, and its check. `execute_notebook` runs a notebook in a Jupyter kernel
+cells, each of its cells into a code cell, after a first markdown cell that says how to open it and a first code
+cell that installs what the walk needs where the package is not installed. Its output blocks become the cells'
+outputs, its pictures the figures the cells draw. `build_notebook(text, solutions=True)` is the solutions notebook:
+the walk's definitions the exercises build on, and each exercise's statement, its solution (`solutions.py`) in place
+of the stub, and its check.
+
+The repository's address is read from one place, `[project.urls] Repository` of pyproject.toml (`repository_url`).
+With it, the first cell is a Colab badge, the install cell installs the package from it (without its training
+dependencies) and the links lead to it; without it, the first cell says how to open the notebook from a clone or on
+Colab, the install cell puts a checkout's source on the path, and the links are relative, working in a clone. What
+the install cell installs is the `notebook` extra of pyproject.toml (`notebook_requirements`). `execute_notebook` runs a notebook in a Jupyter kernel
 (nbclient), `output_problems` names each cell whose output is not what the page says, and `source_problems` each
 difference between a committed notebook and the one the page gives now.
 
@@ -18,17 +25,18 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
+import json
 import posixpath
 import re
 import tempfile
+import tomllib
 from pathlib import Path
 
 from .excerpts import REPOSITORY
-from .page import Cell, parse, render_block, same_printout
+from .page import Cell, only_definitions, parse, render_block, same_printout
 
-# Placeholder: the address of the repository once it is published. The Colab badge, the install cell and the links
-# of the notebooks are built from it; change it here and run `python scripts/make_figures.py --page`.
-REPOSITORY_URL = "https://github.com/YOUR-ACCOUNT/annotated-transformer-hf"
+PYPROJECT = REPOSITORY / "pyproject.toml"
+DISTRIBUTION = "annotated-transformer-hf"
 BRANCH = "main"
 NOTEBOOKS_DIR = REPOSITORY / "notebooks"
 NOTEBOOK = NOTEBOOKS_DIR / "annotated_transformer.ipynb"
@@ -51,47 +59,118 @@ def require_jupyter():
     return nbformat, nbclient
 
 
-def colab_url(path: Path) -> str:
-    """The address that opens the committed notebook at `path` on Colab."""
-    repository = REPOSITORY_URL.removeprefix("https://github.com/")
+def _project(pyproject: str | Path) -> dict:
+    path = Path(pyproject)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"{path}: cannot read it ({error})") from None
+
+
+def repository_url(pyproject: str | Path = PYPROJECT) -> str | None:
+    """The repository's address, `[project.urls] Repository` of pyproject.toml; None while it has none."""
+    url = _project(pyproject).get("urls", {}).get("Repository")
+    if url is not None and not re.fullmatch(r"https://\S+", url):
+        raise ValueError(f"{pyproject}: [project.urls] Repository is {url!r}: give an https:// address")
+    return url.rstrip("/") if url else None
+
+
+def notebook_requirements(pyproject: str | Path = PYPROJECT) -> list[str]:
+    """The `notebook` extra of pyproject.toml: what the walk needs, without the package's training dependencies."""
+    requirements = _project(pyproject).get("optional-dependencies", {}).get("notebook")
+    if not requirements:
+        raise ValueError(f"{pyproject}: no `notebook` extra in [project.optional-dependencies]: list what the walk "
+                         "needs there")
+    named = [requirement for requirement in requirements if requirement.startswith(DISTRIBUTION)]
+    if named:
+        raise ValueError(f"{pyproject}: the `notebook` extra names {named[0]!r}, which would install every "
+                         "dependency of the package: list the packages themselves")
+    return list(requirements)
+
+
+def colab_url(path: Path, url: str) -> str:
+    """The address that opens the committed notebook at `path` on Colab, the repository being at `url`."""
+    repository = url.removeprefix("https://github.com/")
     return f"https://colab.research.google.com/github/{repository}/blob/{BRANCH}/{path.relative_to(REPOSITORY)}"
 
 
-def install_source() -> str:
-    """The notebooks' first code cell: install the package where it is missing (Colab), then draw inline."""
-    return f'''# Installs this package where it is missing, as on Colab (about a minute); elsewhere it does nothing.
-import importlib.util
+def install_source(url: str | None, requirements: list[str]) -> str:
+    """The notebooks' first code cell: where the package is not installed, install what the walk needs and make the
+    package's source importable (a checkout's, or with `url` the repository's, without its dependencies); then draw
+    inline."""
+    if url is None:
+        fetch = ("raise RuntimeError(\"no `modeling` folder here or above: open this notebook in a clone of the \"\n"
+                 "                           \"repository (its notebooks/ folder), or put the repository's files "
+                 "beside it\")")
+    else:
+        fetch = (f"package = \"{DISTRIBUTION} @ git+{url}\"  # the package alone: what it needs is installed above\n"
+                 "        subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"--quiet\", \"--no-deps\", "
+                 "package], check=True)")
+    lines, line = [], "   "
+    for requirement in requirements:  # the list, wrapped
+        item = f" {json.dumps(requirement)},"
+        if len(line) + len(item) > 116:
+            lines, line = [*lines, line], "   "
+        line += item
+    needs = "\n".join([*lines, line])
+    return f'''# Where this package is not installed (Colab, or a clone without the README's install): installs what the walk
+# needs (pyproject.toml's `notebook` extra, not the package's training dependencies) and makes the package importable.
+import importlib
+import importlib.metadata
 import subprocess
 import sys
+from pathlib import Path
 
-REPOSITORY = "{REPOSITORY_URL}"
-if importlib.util.find_spec("modeling") is None:
-    package = f"annotated-transformer-hf[plot] @ git+{{REPOSITORY}}"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", package], check=True)
+NEEDS = [
+{needs}
+]
+try:
+    importlib.metadata.version("{DISTRIBUTION}")  # installed: nothing to do
+except importlib.metadata.PackageNotFoundError:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *NEEDS], check=True)
+    checkout = next((folder for folder in (Path.cwd(), *Path.cwd().parents) if (folder / "modeling").is_dir()), None)
+    if checkout is not None:
+        sys.path.insert(0, str(checkout))
+    else:
+        {fetch}
     importlib.invalidate_caches()
 %matplotlib inline'''
 
 
-def _link(match: re.Match) -> str:
-    """A link of the page as it must read from anywhere: to the repository on GitHub (a notebook: on Colab)."""
+def opening_cell(url: str | None, path: Path) -> str:
+    """The notebook's first markdown: a Colab badge with `url`, else how to open it from a clone or on Colab."""
+    if url is not None:
+        return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path, url)})"
+    return (f"**To run this notebook**, open it in a clone of the repository with Jupyter, after the README's install "
+            f"(`jupyter lab notebooks/{path.name}`); or upload it to Colab (File > Upload notebook) with the "
+            "repository's files beside it. Its first code cell installs what the walk needs where the package is "
+            "not installed.")
+
+
+def _link(match: re.Match, url: str | None) -> str:
+    """A link of the page as it must read in a notebook: to the repository at `url` (a notebook: on Colab), or
+    without one relative to notebooks/, which works in a clone."""
     target = match["target"]
     if re.match(r"[a-z]+:", target):
         return match.group(0)
     path, _, anchor = target.partition("#")
     path = posixpath.normpath(posixpath.join(posixpath.dirname(PAGE_PATH), path)) if path else PAGE_PATH
-    if path.endswith(".ipynb"):
-        url = colab_url(REPOSITORY / path)
+    if url is None:
+        address = posixpath.relpath(path, NOTEBOOKS_DIR.relative_to(REPOSITORY).as_posix())
+    elif path.endswith(".ipynb"):
+        address = colab_url(REPOSITORY / path, url)
     else:
-        url = f"{REPOSITORY_URL}/{'raw' if match['image'] else 'blob'}/{BRANCH}/{path}"
-    return f"{match['image']}[{match['text']}]({url}{'#' + anchor if anchor else ''})"
+        address = f"{url}/{'raw' if match['image'] else 'blob'}/{BRANCH}/{path}"
+    return f"{match['image']}[{match['text']}]({address}{'#' + anchor if anchor else ''})"
 
 
-def notebook_markdown(text: str) -> str:
+def notebook_markdown(text: str, url: str | None = None) -> str:
     """A stretch of the page's prose for a notebook: markers and the pictures the cells draw left out, links made
-    absolute (code blocks are left as they are)."""
+    to work from the notebook (`_link`; code blocks are left as they are)."""
     text = _FIGURE_IMAGE.sub("", _MARKER_LINE.sub("", text))
     parts = re.split(r"(^```.*?^```$)", text, flags=re.MULTILINE | re.DOTALL)
-    text = "".join(part if part.startswith("```") else _LINK.sub(_link, part) for part in parts)
+    text = "".join(part if part.startswith("```") else _LINK.sub(lambda match: _link(match, url), part)
+                   for part in parts)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
@@ -116,9 +195,9 @@ def _segments(text: str) -> list[str | Cell]:
     return segments
 
 
-def _markdown_cells(nbformat, text: str) -> list:
+def _markdown_cells(nbformat, text: str, url: str | None) -> list:
     """Markdown cells of a stretch of prose, a new one at each section (## heading)."""
-    text = notebook_markdown(text)
+    text = notebook_markdown(text, url)
     parts = re.split(r"(?=^## )", text, flags=re.MULTILINE) if text else []
     return [nbformat.v4.new_markdown_cell(part.strip()) for part in parts if part.strip()]
 
@@ -150,28 +229,32 @@ def _exercise_statement(text: str, name: str) -> str:
     return "".join(segment for segment in _segments(text[start:end]) if isinstance(segment, str))
 
 
-def build_notebook(text: str, solutions: bool = False):
-    """The notebook of the page `text` (with `solutions`: the solutions notebook), not executed."""
+def build_notebook(text: str, solutions: bool = False, pyproject: str | Path = PYPROJECT):
+    """The notebook of the page `text` (with `solutions`: the solutions notebook), not executed; the repository's
+    address and what the install cell installs are read from `pyproject`."""
     nbformat, _ = require_jupyter()
-    path = SOLUTIONS if solutions else NOTEBOOK
-    badge = f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path)})"
-    cells = [nbformat.v4.new_markdown_cell(badge), _code_cell(nbformat, install_source())]
-    segments = _segments(text)
+    url, path = repository_url(pyproject), SOLUTIONS if solutions else NOTEBOOK
+    cells = [nbformat.v4.new_markdown_cell(opening_cell(url, path)),
+             _code_cell(nbformat, install_source(url, notebook_requirements(pyproject)))]
     if solutions:
         page = parse(text)
-        setup = page.cells[0]
-        cells[0].source = (f"{badge}\n\n# Solutions to the exercises of *The Transformer, annotated*\n\n"
-                           f"Each exercise of [the walk]({colab_url(NOTEBOOK)}) with a solution in place of its "
-                           "stub, and its check, which now says `correct`.")
-        cells.append(_code_cell(nbformat, setup.source, setup))
+        walk = f"[the walk]({colab_url(NOTEBOOK, url) if url else NOTEBOOK.name})"
+        cells[0].source += (f"\n\n# Solutions to the exercises of *The Transformer, annotated*\n\nEach exercise of "
+                            f"{walk} with a solution in place of its stub, and its check, which now says `correct`; "
+                            "before them, the walk's definitions they build on.")
+        taken = 0  # the page's cells up to here are in
         for name in dict.fromkeys(cell.exercise for cell in page.cells if cell.exercise):
             stub, check = (cell for cell in page.cells if cell.exercise == name)
-            cells += _markdown_cells(nbformat, _exercise_statement(text, name))
+            for cell in page.cells[taken : page.cells.index(stub)]:
+                if cell is page.cells[0] or (not cell.exercise and not cell.slow and only_definitions(cell.source)):
+                    cells.append(_code_cell(nbformat, cell.source, cell))
+            taken = page.cells.index(check) + 1
+            cells += _markdown_cells(nbformat, _exercise_statement(text, name), url)
             cells.append(_code_cell(nbformat, _solution(name), stub, role="solution"))
             cells.append(_code_cell(nbformat, check.source, check))
     else:
-        for segment in segments:
-            cells += (_markdown_cells(nbformat, segment) if isinstance(segment, str)
+        for segment in _segments(text):
+            cells += (_markdown_cells(nbformat, segment, url) if isinstance(segment, str)
                       else [_code_cell(nbformat, segment.source, segment)])
     for index, cell in enumerate(cells):
         cell.id = f"cell-{index:03d}"  # stable ids: a regenerated notebook differs only where the page does
@@ -285,15 +368,18 @@ def write_notebooks(text: str, folder: str | Path = NOTEBOOKS_DIR) -> list[Path]
 
 __all__ = [
     "NOTEBOOK",
-    "REPOSITORY_URL",
+    "PYPROJECT",
     "SOLUTIONS",
     "build_notebook",
     "colab_url",
     "execute_notebook",
     "install_source",
     "notebook_markdown",
+    "notebook_requirements",
+    "opening_cell",
     "output_problems",
     "printed",
+    "repository_url",
     "require_jupyter",
     "source_problems",
     "write_notebooks",

@@ -5,6 +5,10 @@ module writes, and the notebooks made from it (`notebook`).
     (a python code block: the object's live source, see `excerpts`)
     <!-- /excerpt -->
 
+    <!-- keep: self.embeddings( | for layer in -->   right before an excerpt: abridge it to the statements that hold
+    <!-- excerpt: NAME -->                          these strings (`excerpts.abridge`), `# …` for the rest, and
+                                                    link the whole source after it
+
     ```python                       a cell: every python code block outside an excerpt; the cells run in order,
     print(...)                      in one namespace, as a notebook's do
     ```
@@ -14,6 +18,8 @@ module writes, and the notebooks made from it (`notebook`).
     <!-- slow -->                   right before a cell: it trains a model (seconds); the default test run skips it
     <!-- exercise: NAME -->         around an exercise: its statement, a stub cell and a check cell
     <!-- /exercise -->
+    <!-- solution: NAME -->         the break after which the page may show exercise NAME's answer; until it, the
+                                    page gives it away nowhere (tests/test_annotated.py reads what would)
     <!-- page only -->             around what the notebooks leave out (how to regenerate the page, its contents)
     <!-- /page only -->
 
@@ -25,9 +31,11 @@ shows are `figures/<name>.png` (`figure_names`), each drawn by the cell just abo
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import math
+import posixpath
 import re
 import traceback
 from collections.abc import Callable
@@ -38,7 +46,7 @@ import torch
 
 from modeling.common.file_writes import replace_text
 
-from .excerpts import REPOSITORY, excerpt
+from .excerpts import REPOSITORY, excerpt, resolve, source_file
 
 PAGE = REPOSITORY / "docs" / "annotated.md"
 FIGURES_DIR = REPOSITORY / "docs" / "figures"
@@ -46,7 +54,9 @@ KINDS = {"excerpt": "python", "output": "text"}  # marker word -> the code block
 _OPEN = re.compile(r"^<!-- (?P<kind>excerpt|output|exercise): (?P<name>\S+) -->$")
 _CLOSE = re.compile(r"^<!-- /(?P<kind>excerpt|output|exercise) -->$")
 _PAGE_ONLY, _END_PAGE_ONLY, _SLOW = "<!-- page only -->", "<!-- /page only -->", "<!-- slow -->"
-_MARKER = re.compile(r"<!--\s*/?\s*(?:excerpt|output|exercise|page only|slow)\b")  # well-formed or not
+_KEEP = re.compile(r"^<!-- keep: (?P<strings>.+?) -->$")
+_SOLUTION = re.compile(r"^<!-- solution: (?P<name>\S+) -->$")
+_MARKER = re.compile(r"<!--\s*/?\s*(?:excerpt|output|exercise|page only|slow|keep|solution)\b")  # well-formed or not
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?")
 _FIGURE = re.compile(r"\]\(figures/(?P<name>[\w-]+)\.png\)")
 _FIGURE_LINE = re.compile(r"^!\[[^\]]*\]\(figures/(?P<name>[\w-]+)\.png\)$")
@@ -59,6 +69,7 @@ class Block:
     line: int  # the opening marker's line number, from 1
     start: int  # the content's first and last character offsets in the text
     end: int
+    keep: tuple[str, ...] = ()  # an abridged excerpt's: the strings whose statements it keeps
 
     def label(self) -> str:
         return f"line {self.line}: <!-- {self.kind}: {self.name} -->"
@@ -80,6 +91,18 @@ class Cell:
         return f"the cell at line {self.line}"
 
 
+def only_definitions(source: str) -> bool:
+    """Whether a cell only imports and defines (functions, classes): what the solutions notebook carries over from
+    the walk, for the exercises that build on it."""
+    try:
+        statements = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(statements) and all(isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                                           ast.AsyncFunctionDef, ast.ClassDef))
+                                    for statement in statements)
+
+
 @dataclass
 class Page:
     """The parsed page: marker blocks, cells, the spans the notebooks leave out, and every broken marker."""
@@ -89,6 +112,7 @@ class Page:
     cells: list[Cell] = field(default_factory=list)
     page_only: list[tuple[int, int]] = field(default_factory=list)  # character spans, markers included
     exercises: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start, end), markers included
+    solutions: dict[str, int] = field(default_factory=dict)  # exercise name -> the offset of its solution break
     problems: list[str] = field(default_factory=list)
 
 
@@ -99,7 +123,7 @@ def parse(text: str) -> Page:
     exercise: tuple[str, int, int] | None = None  # (name, line, start offset)
     page_only: tuple[int, int] | None = None  # (line, start offset)
     fence: tuple[str, int, int] | None = None  # (language, line, start offset) of the code block open
-    slow_line = last_cell = None
+    slow_line = last_cell = keep = None  # keep: (line, strings) of a keep line waiting for its excerpt
     offset = 0
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         stripped = line.strip()
@@ -143,6 +167,14 @@ def parse(text: str) -> Page:
             else:
                 page.page_only.append((page_only[1], offset + len(line)))
                 page_only = None
+        elif (match := _KEEP.match(stripped)) is not None:
+            keep = (number, tuple(string.strip() for string in match["strings"].split(" | ")))
+            offset += len(line)
+            continue
+        elif (match := _SOLUTION.match(stripped)) is not None:
+            if match["name"] not in {name for name, _, _ in page.exercises}:
+                page.problems.append(f"line {number}: {stripped} follows no exercise {match['name']}")
+            page.solutions[match["name"]] = offset
         elif _MARKER.search(stripped):
             if (match := _OPEN.match(stripped)) is not None and match["kind"] == "exercise":
                 if exercise is not None:
@@ -152,6 +184,8 @@ def parse(text: str) -> Page:
                 if opened is not None:
                     page.problems.append(f"line {number}: a block opens inside {opened.label()}, which is not closed")
                 opened = Block(match["kind"], match["name"], number, offset + len(line), -1)
+                if keep is not None and match["kind"] == "excerpt":
+                    opened.keep, keep = keep[1], None
                 if opened.kind == "output":
                     if last_cell is None or last_cell.output is not None or text[last_cell.end:offset].strip():
                         page.problems.append(f"{opened.label()} does not follow a cell: put it right after the "
@@ -177,8 +211,13 @@ def parse(text: str) -> Page:
                 opened = None
             else:
                 page.problems.append(f"line {number}: a malformed marker {stripped!r} (write <!-- excerpt: NAME -->, "
-                                     "<!-- output: NAME -->, <!-- exercise: NAME -->, <!-- slow --> or "
-                                     "<!-- page only -->, and their closing <!-- /... -->)")
+                                     "<!-- output: NAME -->, <!-- exercise: NAME -->, <!-- slow -->, "
+                                     "<!-- page only --> and their closing <!-- /... -->, <!-- keep: A | B --> or "
+                                     "<!-- solution: NAME -->)")
+        if keep is not None:
+            page.problems.append(f"line {keep[0]}: <!-- keep: ... --> is not followed by an excerpt: put it right "
+                                 "before the <!-- excerpt: NAME --> it abridges")
+            keep = None
         offset += len(line)
     unclosed = [(opened, lambda: opened.label()), (exercise, lambda: f"line {exercise[1]}: exercise {exercise[0]}"),
                 (page_only, lambda: f"line {page_only[0]}: {_PAGE_ONLY}"),
@@ -223,12 +262,19 @@ def run_cells(cells: list[Cell], skip: Callable[[Cell], bool] = lambda cell: Fal
     return printed
 
 
-def render_block(kind: str, name: str, printed: str | None = None) -> str:
-    """The content of a block: a fenced code block with the excerpt, or with what a cell `printed`."""
-    body = excerpt(name) if kind == "excerpt" else printed
+def render_block(kind: str, name: str, printed: str | None = None, keep: tuple[str, ...] = ()) -> str:
+    """The content of a block: a fenced code block with the excerpt (abridged to `keep`, then a link to the whole
+    source), or with what a cell `printed`."""
+    body = excerpt(name, keep) if kind == "excerpt" else printed
     if kind == "output" and not body:
         raise ValueError("its cell prints nothing")
-    return f"```{KINDS[kind]}\n{body.rstrip(chr(10))}\n```\n"
+    block = f"```{KINDS[kind]}\n{body.rstrip(chr(10))}\n```\n"
+    if kind == "excerpt" and keep:
+        obj = resolve(name)
+        path = source_file(obj)
+        link = posixpath.relpath(path, PAGE.parent.relative_to(REPOSITORY).as_posix())
+        block += f"\nThe whole of `{getattr(obj, '__qualname__', name)}`: [{path}]({link}).\n"
+    return block
 
 
 def same_printout(expected: str, actual: str, rel_tol: float = 0.05, abs_tol: float = 1e-6) -> bool:
@@ -246,7 +292,7 @@ def _render_all(page: Page, run: bool) -> tuple[list[tuple[Block, str]], list[st
     for block in page.blocks:
         if block.kind == "excerpt":
             try:
-                rendered.append((block, render_block("excerpt", block.name)))
+                rendered.append((block, render_block("excerpt", block.name, keep=block.keep)))
             except ValueError as error:
                 problems.append(f"{block.label()}: {error}")
     if run and not page.problems:
@@ -299,13 +345,16 @@ def update_page(path: str | Path = PAGE) -> tuple[bool, list[str]]:
 
 
 def check_page(path: str | Path = PAGE, figures_dir: str | Path | None = None, run: bool = True) -> list[str]:
-    """`check_text` of the page at `path`, and each picture it shows that is missing from `figures_dir` (default:
-    the folder `figures` beside the page)."""
+    """`check_text` of the page at `path`, each picture it shows that is missing from `figures_dir` (default: the
+    folder `figures` beside the page), and each exercise whose answer it shows before the exercise's solution break
+    (`solutions.given_away`)."""
     text = Path(path).read_text(encoding="utf-8")
     folder = Path(figures_dir) if figures_dir is not None else Path(path).parent / "figures"
     missing = [f"the page shows figures/{name}.png, which is not in {folder}" for name in figure_names(text)
                if not (folder / f"{name}.png").is_file()]
-    return check_text(text, run) + missing
+    from .solutions import given_away  # the exercises' answers, which the page keeps behind their breaks
+
+    return check_text(text, run) + missing + given_away(text)
 
 
 __all__ = [
@@ -319,6 +368,7 @@ __all__ = [
     "check_text",
     "figure_names",
     "find_blocks",
+    "only_definitions",
     "parse",
     "render_block",
     "run_cells",
