@@ -13,9 +13,12 @@ train on the embedded copy task. docs/results.md renders the table beside the pa
 
 import argparse
 import sys
+from pathlib import Path
 
 from modeling.benchmarking.table3 import DEVICES, run_table
 from modeling.common.command_line import OneLineErrorParser
+
+TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
 
 
 def build_parser() -> OneLineErrorParser:
@@ -38,8 +41,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        run_table(args.rows, args.output_dir, args.results, data_dir=args.data_dir, device=args.device,
-                  only=args.only, log=lambda line: print(line, flush=True))
+        run_table(args.rows, args.output_dir, args.results, train_script=TRAIN_SCRIPT, data_dir=args.data_dir,
+                  device=args.device, only=args.only, log=lambda line: print(line, flush=True))
     except ValueError as error:
         parser.error(str(error))
     return 0

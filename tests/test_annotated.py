@@ -26,6 +26,7 @@ from tools.annotated_page.figure_data import check_figures, data_path, figure_da
 from tools.annotated_page.page import (
     FIGURES_DIR,
     PAGE,
+    PRINTOUT_TOLERANCE,
     CellError,
     check_page,
     check_text,
@@ -118,6 +119,19 @@ def test_printouts_compare_their_numbers_within_floating_point_noise():
     assert same_printout("k = 1: 6.7e-08\nstd 1.0011", "k = 1: 7.1e-08\nstd 1.0013")
     assert not same_printout("std 1.0011", "std 1.2011")  # a different number
     assert not same_printout("LayerNorm 0.00", "BatchNorm 0.00")  # different words
+
+
+def test_a_training_s_printout_is_checked_for_the_size_of_its_losses():
+    """A cell that trains drifts from one CPU or thread count to another: its losses may differ by more than
+    rounding, not by a factor of ten, which a model that did not learn would show."""
+    trained = PRINTOUT_TOLERANCE[True]
+    assert not same_printout("step 350  loss 0.0021", "step 350  loss 0.0023")  # beyond a computation's noise
+    assert same_printout("step 150  loss 0.1265\nstep 350  loss 0.0021", "step 150  loss 0.2996\nstep 350  loss 0.0023",
+                         rel_tol=trained)  # two thread counts' runs of the walk's loop
+    assert not same_printout("step 350  loss 0.0021", "step 350  loss 0.0300", rel_tol=trained)
+    assert not same_printout("step 350  loss 0.0021", "step 350  loss 1.5205", rel_tol=trained)  # no learning
+    page = parse(PAGE.read_text(encoding="utf-8"))
+    assert any(cell.slow and cell.output is not None and "loss" in cell.source for cell in page.cells)
 
 
 def test_a_cell_that_raises_is_named_with_its_line():

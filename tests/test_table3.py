@@ -22,6 +22,7 @@ from modeling.training.argument_parsing import parse_arguments
 
 ROWS = REPO_ROOT / "configs" / "table3" / "rows.yaml"
 PAPER = REPO_ROOT / "benchmarks" / "paper-table3.json"
+TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 STEPS = 12
 
 
@@ -54,7 +55,7 @@ def table(tmp_path_factory):
     rows = copy_task_rows(folder, TWO_ROWS)
     lines = []
     results = table3.run_table(rows, folder / "runs", folder / "results.json", log=lines.append,
-                               train_script=REPO_ROOT / "scripts" / "train.py")
+                               train_script=TRAIN_SCRIPT)
     return folder, rows, results, lines
 
 
@@ -63,6 +64,7 @@ def test_every_row_is_trained_averaged_and_scored_into_one_json(table):
     folder, _, results, lines = table
     saved = json.loads((folder / "results.json").read_text())
     assert saved["runs"] == results["runs"] and set(saved["runs"]) == {"base", "E-learned"}
+    assert saved["planned_runs"] == 2 and saved["base_config"]["max_tokens"] == 512  # what the table renders
     for name, run in saved["runs"].items():
         assert run["budget"] == {"max_steps": STEPS, "warmup_steps": 4, "save_steps": 4, "averaged_checkpoints": 2,
                                  "num_beams": 2}
@@ -98,7 +100,7 @@ def test_runs_in_the_results_are_skipped_and_nothing_is_trained_again(table, mon
     monkeypatch.setattr(table3.subprocess, "Popen", no_training)
     monkeypatch.setattr(table3, "score", no_training)
     lines = []
-    table3.run_table(rows, folder / "runs", folder / "results.json", log=lines.append)
+    table3.run_table(rows, folder / "runs", folder / "results.json", log=lines.append, train_script=TRAIN_SCRIPT)
     assert lines == [f"base: done already (in {folder / 'results.json'})",
                      f"E-learned: done already (in {folder / 'results.json'})"]
     assert json.loads((folder / "results.json").read_text())["runs"] == json.loads(before)["runs"]
@@ -171,7 +173,8 @@ def test_a_killed_table_resumes_its_run_to_the_weights_of_an_uninterrupted_one(t
     """kill -9 the runner while a row trains (its training process dies with it), run the command again: the row
     resumes from its last checkpoint and ends with the weights, and the scores, of a run never stopped."""
     rows = copy_task_rows(tmp_path, TWO_ROWS[:1], steps=240, save_steps=40)  # long enough to be killed midway
-    straight = table3.run_table(rows, tmp_path / "straight", tmp_path / "straight.json", log=lambda line: None)
+    straight = table3.run_table(rows, tmp_path / "straight", tmp_path / "straight.json", log=lambda line: None,
+                                train_script=TRAIN_SCRIPT)
 
     command = [sys.executable, str(REPO_ROOT / "scripts" / "table3.py"), "--rows", str(rows), "--output_dir",
                str(tmp_path / "killed"), "--results", str(tmp_path / "killed.json")]
@@ -213,3 +216,19 @@ def test_a_run_begun_with_another_budget_is_not_resumed_with_this_one(tmp_path, 
     assert_one_line_error(capsys.readouterr().err, "table3.py", r"runs/base was begun with other settings or another "
                           r"budget \(.*base\.plan\.json\): delete both to train it afresh")
     assert not (tmp_path / "results.json").exists() and list((runs / "base").iterdir()) == []
+
+
+def test_results_of_another_base_config_are_not_mixed_with_this_one(tmp_path, capsys):
+    """A results file holds one table: runs measured from another base config (another direction, batch size) are
+    refused in one line, and the file is left as it was, rather than skipped as done or mixed with new runs."""
+    rows = copy_task_rows(tmp_path, TWO_ROWS[:1])
+    results = tmp_path / "results.json"
+    before = json.dumps({"base_config": {"source_lang": "en", "target_lang": "de"}, "runs": {"base": {"row": "base"}}})
+    results.write_text(before)
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("table3").main(["--rows", str(rows), "--output_dir", str(tmp_path / "runs"), "--results",
+                                    str(results)])
+    assert exit_info.value.code == 2
+    assert_one_line_error(capsys.readouterr().err, "table3.py", r"results\.json holds runs of another base config "
+                          r"than .*base\.yaml: give another --results, or move it away to run the table again")
+    assert results.read_text() == before and not (tmp_path / "runs").exists()

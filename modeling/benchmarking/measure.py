@@ -97,13 +97,25 @@ def matmul_peak(device: torch.device, dtype: str, size: int, repeats: int = 5) -
     return {"size": size, "dtype": dtype, "seconds": best, "flops_per_s": 2 * size**3 / best}
 
 
+def _status_bytes(field: str) -> int | None:
+    """A memory line of /proc/self/status (Linux), in bytes; None where there is none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def rss_bytes() -> int:
-    """This process's resident memory now."""
-    return psutil.Process().memory_info().rss
+    """This process's resident memory now: VmRSS on Linux (the same accounting as `peak_rss_bytes`), else psutil's."""
+    rss = _status_bytes("VmRSS")
+    return rss if rss is not None else psutil.Process().memory_info().rss
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's peak RSS to its current RSS (Linux: /proc/self/clear_refs); False where impossible."""
+def _clear_peak_rss() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
@@ -112,17 +124,26 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS to its current RSS (Linux: /proc/self/clear_refs); False where impossible,
+    including kernels that accept the write but keep the old peak or do not raise it again (checked with 32 MiB)."""
+    if not _clear_peak_rss():
+        return False
+    before = _status_bytes("VmRSS")
+    probe = b"\x01" * (32 * 2**20)  # written, so resident
+    peak = _status_bytes("VmHWM")
+    del probe
+    tracks = before is not None and peak is not None and 24 * 2**20 <= peak - before < 48 * 2**20
+    return _clear_peak_rss() and tracks
+
+
 def peak_rss_bytes() -> int:
     """This process's highest resident memory since it started or since `reset_peak_rss`: VmHWM on Linux (not
     `getrusage`'s ru_maxrss, which a spawned process inherits from the parent it was forked from before exec),
     else ru_maxrss (bytes on macOS)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

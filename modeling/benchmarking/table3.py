@@ -262,10 +262,11 @@ def _environment(device: str) -> dict:
 
 
 def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, results_path: str | os.PathLike, *,
-              data_dir: str | None = None, device: str = "cpu", only: list[str] | None = None,
-              train_script: str | os.PathLike | None = None, log: Callable[[str], None] = print) -> dict:
-    """Train, average and score every run of the rows file not yet in `results_path` (see the module docstring);
-    returns the results. `only`: the names of the rows to run (the base row's runs are needed for differences)."""
+              train_script: str | os.PathLike, data_dir: str | None = None, device: str = "cpu",
+              only: list[str] | None = None, log: Callable[[str], None] = print) -> dict:
+    """Train, average and score every run of the rows file not yet in `results_path` (see the module docstring)
+    with `train_script` (scripts/train.py); returns the results. `only`: the names of the rows to run (the base row's
+    runs are needed for differences)."""
     if device not in DEVICES:
         raise ValueError(f"--device {device}: choose one of {', '.join(DEVICES)}")
     table = load_table(rows_file)
@@ -280,18 +281,22 @@ def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, resul
     if data_dir is not None and not Path(data_dir).exists():
         raise ValueError(f"--data_dir {data_dir} does not exist")
     output_dir, results_path = Path(output_dir), Path(results_path)
-    train_script = Path(train_script or Path(__file__).resolve().parents[2] / "scripts" / "train.py")
+    train_script = Path(train_script)
     base_config = yaml.safe_load(table.config.read_text(encoding="utf-8"))
     budget = table.budgets[device]
     max_steps = int(budget.get("max_steps", base_config.get("max_steps")))
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    if results.get("runs") and results.get("base_config") != base_config:
+        raise ValueError(f"{results_path} holds runs of another base config than {table.config}: give another "
+                         "--results, or move it away to run the table again")
     results.update({
         "about": "Table 3 of the paper at this corpus's scale: every row trained from the base config, the last "
                  f"{table.averaged_checkpoints} checkpoints averaged, scored with beam {table.num_beams}; "
                  "perplexity per target token on the validation split.",
         "command": as_typed(["python", "scripts/table3.py", "--rows", str(table.path), "--device", device,
                              *(["--data_dir", str(data_dir)] if data_dir is not None else [])]),
-        "rows_file": str(table.path), "config": str(table.config), "device": device,
+        "rows_file": str(table.path), "config": str(table.config), "base_config": base_config,
+        "planned_runs": sum(len(row.runs()) for row in table.rows), "device": device,
         "budget": {"max_steps": max_steps, **budget, "averaged_checkpoints": table.averaged_checkpoints,
                    "num_beams": table.num_beams},
     })

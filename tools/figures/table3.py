@@ -20,6 +20,11 @@ def _difference(entry: dict | None) -> str:
     return f"{entry['difference']:+.2f}" + (" (tie)" if entry["tie"] else "")
 
 
+def _languages(config: dict) -> str:
+    names = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
+    return "→".join(names.get(code, code) for code in (config["source_lang"], config["target_lang"]))
+
+
 def _params(count) -> str:
     return "—" if count is None else f"{count / 1e6:.2f}M"
 
@@ -66,10 +71,10 @@ def table3(benchmarks: Benchmarks) -> str:
                 f"{environment['torch']}, transformers {environment['transformers']}; measured with version "
                 f"{', '.join(sorted({e['package_version'] for e in environments if e.get('package_version')}))}. "
                 f"Each run: {budget['max_steps']:,} steps, the average of its last {budget['averaged_checkpoints']} "
-                f"saves, beam {budget['num_beams']}; Multi30k English→German, validation = val, test = "
+                f"saves, beam {budget['num_beams']}; Multi30k {_languages(results['base_config'])}, validation = val, test = "
                 f"test_2016_flickr; perplexity per target BPE token. The base row: mean ± half the spread of "
                 f"{summary['base_runs']} seeds; a difference inside the spread is a tie. Measured: {len(runs)} of "
-                f"21 runs.")
+                f"{results['planned_runs']} runs.")
     else:
         line = "Hardware: none yet; software: torch and transformers as installed. No run measured yet."
     return _block(line, _table(header, rows), paper["source"] + ".")
