@@ -66,6 +66,7 @@ def table3(benchmarks: Benchmarks) -> str:
     if environments:
         environment = environments[0]
         budget = results["budget"]
+        hours = sum(run["training_seconds"] for run in runs.values()) / 3600
         line = (f"Hardware: {environment['hardware']}, {environment['device']}"
                 f"{', %d threads' % environment['threads'] if environment.get('threads') else ''}; software: torch "
                 f"{environment['torch']}, transformers {environment['transformers']}; measured with version "
@@ -74,7 +75,7 @@ def table3(benchmarks: Benchmarks) -> str:
                 f"saves, beam {budget['num_beams']}; Multi30k {_languages(results['base_config'])}, validation = val, test = "
                 f"test_2016_flickr; perplexity per target BPE token. The base row: mean ± half the spread of "
                 f"{summary['base_runs']} seeds; a difference inside the spread is a tie. Measured: {len(runs)} of "
-                f"{results['planned_runs']} runs.")
+                f"{results['planned_runs']} runs, trained in {hours:.1f} hours in all.")
     else:
         line = "Hardware: none yet; software: torch and transformers as installed. No run measured yet."
     return _block(line, _table(header, rows), paper["source"] + ".")
