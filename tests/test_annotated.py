@@ -13,6 +13,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from docs_helpers import prose
 from launch_helpers import load_script
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 
@@ -243,16 +244,15 @@ def test_the_page_names_only_tests_that_exist(page):
 def heading_anchors(text: str) -> set[str]:
     """The anchors GitHub gives a page's headings (not the comments of its code blocks): lower case, punctuation
     dropped, spaces as hyphens."""
-    prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
     return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            for heading in re.findall(r"^#+ (.*)$", prose, flags=re.MULTILINE)}
+            for heading in re.findall(r"^#+ (.*)$", prose(text), flags=re.MULTILINE)}
 
 
 def test_the_page_tells_no_story_of_the_project_and_its_links_point_at_files(page):
     """The rules tests/test_docs.py applies to every user page, and every anchor names a heading."""
     assert not re.findall(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", page), "a commit hash"
     assert not re.findall(r"\b(?:the )?issues?\b|this session|this machine|next lease", page, flags=re.I)
-    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)]*))?\)", page):
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)]*))?\)", prose(page)):
         if re.match(r"[a-z]+://|mailto:", target):
             continue
         path = PAGE.parent / target if target else PAGE

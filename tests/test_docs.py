@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from docs_helpers import prose
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -40,7 +41,7 @@ def test_user_pages_name_no_commit_issue_session_or_machine(page):
 
 @pytest.mark.parametrize("page", USER_PAGES, ids=lambda path: path.relative_to(ROOT).as_posix())
 def test_every_relative_link_of_a_user_page_points_at_a_file(page):
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", prose(page.read_text())):
         if not re.match(r"[a-z]+://|mailto:", target):
             assert (page.parent / target).exists(), f"{page.name} links {target}, which does not exist"
 
