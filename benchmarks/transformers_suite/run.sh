@@ -11,6 +11,7 @@
 # merged into (and override) the tester's, e.g.
 #   ANNOTATED_CONFIG='{"norm_first": true}' bash benchmarks/transformers_suite/run.sh /tmp/transformers
 #   ANNOTATED_CONFIG='{"tie_word_embeddings": false}' bash benchmarks/transformers_suite/run.sh /tmp/transformers
+#   ANNOTATED_CONFIG='{"d_k": 2}' bash benchmarks/transformers_suite/run.sh /tmp/transformers      # Table 3 (B)
 # (Marian's run, for comparison, does not read it.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -266,6 +266,13 @@ class AnnotatedTransformerModelTest(ModelTesterMixin, GenerationTesterMixin, Pip
         config_and_inputs = self.model_tester.prepare_config_and_inputs_for_common()
         self.model_tester.check_encoder_decoder_model_standalone(*config_and_inputs)
 
+    # overwrite: keys and values each have their own head size (d_k and d_v, which Table 3's rows (B) set apart), as
+    # the keys and values of transformers' DeepSeek sparse-attention models do; the common shapes give both head_dim
+    def _get_attention_shape(self, batch_size, seq_length, config):
+        key_shape, value_shape = super()._get_attention_shape(batch_size, seq_length, config)
+        d_v = config.d_v or config.d_model // value_shape[1]  # d_model / h unless set, h as the common shapes count
+        return key_shape, (*value_shape[:-1], d_v)
+
     # overwrite because the common test is a decoder-only one: it calls the model with `input_ids` and `position_ids`
     # alone, and an encoder-decoder then has no decoder inputs. As in T5's override, the 3 rows and the shared-prefix
     # row are the decoder's (`decoder_input_ids`, and the custom 4D mask as `decoder_attention_mask`), here with their
