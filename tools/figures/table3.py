@@ -20,6 +20,13 @@ def _difference(entry: dict | None) -> str:
     return f"{entry['difference']:+.2f}" + (" (tie)" if entry["tie"] else "")
 
 
+def _mean(statistic: dict, seeds: int) -> str:
+    """The base row's mean ± half its seeds' spread (the one figure while one seed is measured)."""
+    if seeds == 1:
+        return f"{statistic['mean']:.2f}"
+    return f"{statistic['mean']:.2f} ± {statistic['spread'] / 2:.2f}"
+
+
 def _languages(config: dict) -> str:
     names = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
     return "→".join(names.get(code, code) for code in (config["source_lang"], config["target_lang"]))
@@ -44,9 +51,8 @@ def table3(benchmarks: Benchmarks) -> str:
         measured = {key: run for key, run in runs.items() if run["row"] == name}
         if name == "base" and measured:
             base = summary["base"]
-            ours = (f"{base['validation_perplexity']['mean']:.2f} ± {base['validation_perplexity']['spread'] / 2:.2f}",
-                    f"{base['validation_bleu']['mean']:.2f} ± {base['validation_bleu']['spread'] / 2:.2f}",
-                    f"{base['test_bleu']['mean']:.2f} ± {base['test_bleu']['spread'] / 2:.2f}", "", "")
+            ours = (*(_mean(base[key], len(measured)) for key in ("validation_perplexity", "validation_bleu",
+                                                                   "test_bleu")), "", "")
             parameters = next(iter(measured.values()))["parameters"]
         elif measured:
             (key, run), = measured.items()
@@ -74,7 +80,7 @@ def table3(benchmarks: Benchmarks) -> str:
                 f"Each run: {budget['max_steps']:,} steps, the average of its last {budget['averaged_checkpoints']} "
                 f"saves, beam {budget['num_beams']}; Multi30k {_languages(results['base_config'])}, validation = val, test = "
                 f"test_2016_flickr; perplexity per target BPE token. The base row: mean ± half the spread of "
-                f"{summary['base_runs']} seeds; a difference inside the spread is a tie. Measured: {len(runs)} of "
+                f"its seeds ({summary['base_runs']} measured); a difference inside the spread is a tie. Measured: {len(runs)} of "
                 f"{results['planned_runs']} runs, trained in {hours:.1f} hours in all.")
     else:
         line = "Hardware: none yet; software: torch and transformers as installed. No run measured yet."
