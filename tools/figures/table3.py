@@ -27,11 +27,6 @@ def _mean(statistic: dict, seeds: int) -> str:
     return f"{statistic['mean']:.2f} ± {statistic['spread'] / 2:.2f}"
 
 
-def _languages(config: dict) -> str:
-    names = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
-    return "→".join(names.get(code, code) for code in (config["source_lang"], config["target_lang"]))
-
-
 def _params(count) -> str:
     return "—" if count is None else f"{count / 1e6:.2f}M"
 
@@ -51,8 +46,8 @@ def table3(benchmarks: Benchmarks) -> str:
         measured = {key: run for key, run in runs.items() if run["row"] == name}
         if name == "base" and measured:
             base = summary["base"]
-            ours = (*(_mean(base[key], len(measured)) for key in ("validation_perplexity", "validation_bleu",
-                                                                   "test_bleu")), "", "")
+            ours = (*(_mean(base[key], summary["base_runs"]) for key in ("validation_perplexity", "validation_bleu",
+                                                                          "test_bleu")), "", "")
             parameters = next(iter(measured.values()))["parameters"]
         elif measured:
             (key, run), = measured.items()
@@ -73,14 +68,15 @@ def table3(benchmarks: Benchmarks) -> str:
         environment = environments[0]
         budget = results["budget"]
         hours = sum(run["training_seconds"] for run in runs.values()) / 3600
+        languages = f"{results['base_config']['source_lang']}→{results['base_config']['target_lang']}"
         line = (f"Hardware: {environment['hardware']}, {environment['device']}"
                 f"{', %d threads' % environment['threads'] if environment.get('threads') else ''}; software: torch "
                 f"{environment['torch']}, transformers {environment['transformers']}; measured with version "
                 f"{', '.join(sorted({e['package_version'] for e in environments if e.get('package_version')}))}. "
                 f"Each run: {budget['max_steps']:,} steps, the average of its last {budget['averaged_checkpoints']} "
-                f"saves, beam {budget['num_beams']}; Multi30k {_languages(results['base_config'])}, validation = val, test = "
-                f"test_2016_flickr; perplexity per target BPE token. The base row: mean ± half the spread of "
-                f"its seeds ({summary['base_runs']} measured); a difference inside the spread is a tie. Measured: {len(runs)} of "
+                f"saves, beam {budget['num_beams']}; Multi30k {languages}, validation = val, test = test_2016_flickr; "
+                f"perplexity per target BPE token. The base row: mean ± half the spread of its seeds "
+                f"({summary['base_runs']} measured); a difference inside the spread is a tie. Measured: {len(runs)} of "
                 f"{results['planned_runs']} runs, trained in {hours:.1f} hours in all.")
     else:
         line = "Hardware: none yet; software: torch and transformers as installed. No run measured yet."
