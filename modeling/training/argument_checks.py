@@ -139,6 +139,9 @@ def validate_arguments(
     config = model_config(model_args, data_args, tokenizer)
     if data_args.max_length < 1:
         raise ConfigurationError(f"--max_length must be >= 1 token, got {data_args.max_length}")
+    if data_args.preprocessing_num_workers is not None and data_args.preprocessing_num_workers < 1:
+        raise ConfigurationError(
+            f"--preprocessing_num_workers must be at least 1 process, got {data_args.preprocessing_num_workers}")
     if data_args.max_length + 1 > config.max_position_embeddings:
         raise ConfigurationError(
             f"--max_length {data_args.max_length} (+1 for the decoder start token) exceeds the "
