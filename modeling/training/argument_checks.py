@@ -115,6 +115,13 @@ def validate_arguments(
         raise ConfigurationError(
             "give either --data_dir (a local corpus) or --dataset_name (a datasets name), not both"
         )
+    if training_args.save_on_each_node and training_args.world_size > 1:
+        # transformers 5's save_pretrained writes a model's files on rank 0 only, whatever the Trainer asks
+        raise ConfigurationError(
+            "--save_on_each_node is not supported: transformers writes a model's weights from rank 0 only, so the "
+            "other machines' folders would hold checkpoints without weights; give every machine one shared folder "
+            "(a network file system) as --output_dir"
+        )
     if data_args.data_dir is not None and not Path(data_args.data_dir).exists():
         raise ConfigurationError(
             f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); get Multi30k into data/multi30k "

@@ -303,8 +303,7 @@ def on_every_process(training_args, work):
 
 
 def first_process_then_others(training_args, first: bool, work):
-    """`work()` on the first process (`first`; one per machine with --save_on_each_node), then on the others, which
-    read what it wrote. A `ConfigurationError` raised by any process stops every process, the others with
+    """`work()` on the first process (`first`), then on the others, which read what it wrote. A `ConfigurationError` raised by any process stops every process, the others with
     `RefusedByAnotherProcess`: the others no longer go on alone (reading an earlier run's tokenizer from a folder the
     first refused) into training, to fail there with a traceback. The others wait in `waiting_group`, as long as the
     first one's preparation takes (a process that dies ends the wait at once)."""
@@ -342,35 +341,9 @@ def refuse_unshared_output_dir(output_dir: Path, run_token: str, world: World) -
     seen = "holds another run's lock file" if found else "holds no lock file of this run"
     raise ConfigurationError(
         f"--output_dir {output_dir} on machine {world.machine} is not the folder rank 0 (machine 0) writes into (it "
-        f"{seen}): give every machine one shared folder (a network file system) as --output_dir, or add "
-        "--save_on_each_node true to keep the run in each machine's own folder"
+        f"{seen}): the machines must share the output folder; give every machine one shared folder (a network file "
+        "system) as --output_dir"
     )
-
-
-def agree_on_checkpoint(training_args, checkpoint: str | None, ranks) -> str | None:
-    """With --resume_from_checkpoint last on several processes: the newest checkpoint complete in every process's
-    output_dir (with --save_on_each_node each machine resolved `last` in its own folder, and one machine may have
-    lost its last save). Each process steps back from its own newest to the oldest of all, until all agree."""
-    value = str(training_args.resume_from_checkpoint).lower()
-    if training_args.world_size <= 1 or checkpoint is None or value not in ("last", "latest", "true"):
-        return checkpoint
-    output_dir = Path(training_args.output_dir)
-    complete = {checkpoint_step(path): str(path) for path in list_checkpoints(output_dir)}
-    own = step = checkpoint_step(Path(checkpoint))
-    while True:
-        steps = [None] * training_args.world_size
-        torch.distributed.all_gather_object(steps, step, group=waiting_group())
-        if None not in steps and len(set(steps)) == 1:
-            break
-        if None in steps:
-            message = (f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: no checkpoint is complete "
-                       f"in the output folder of every machine; start the run again")
-            raise (ConfigurationError if World.from_environment().local_rank == 0 else RefusedByAnotherProcess)(message)
-        step = next((candidate for candidate in sorted(complete, reverse=True) if candidate <= min(steps)
-                     and checkpoint_problem(complete[candidate], ranks=ranks) is None), None)
-    if step != own:
-        logger.warning("Resuming from %s, the newest checkpoint that every machine holds complete", complete[step])
-    return complete[step]
 
 
 def launch_command(argv: Sequence[str], world_size: int, distributed_type: str, machines: int = 1) -> str:
@@ -413,12 +386,10 @@ def setup_training(
     anything is written into output_dir.
     """
     config = validate_arguments(model_args, data_args, training_args)
-    world, per_node = World.from_environment(), training_args.save_on_each_node
+    world = World.from_environment()
     if world.processes > 1 and world.local_rank == 0:
         print(f"World: {world.description}", flush=True)
-    ranks = world.ranks_of_machine() if per_node else None  # the random states a checkpoint must hold here
-    checkpoint = agree_on_checkpoint(
-        training_args, on_every_process(training_args, lambda: resolve_checkpoint(training_args, ranks=ranks)), ranks)
+    checkpoint = on_every_process(training_args, lambda: resolve_checkpoint(training_args))
     resuming = checkpoint is not None
     finishing = resuming and refuse_finished_run(checkpoint, training_args)
     if resuming:
@@ -447,11 +418,10 @@ def setup_training(
     if not has_validation:
         training_args.load_best_model_at_end = False
 
-    # The first process (on each machine with --save_on_each_node, where the machines do not share output_dir)
-    # trains the tokenizer and checks the data, and only then writes into output_dir; the others follow with the
-    # tokenizer it saved, once they found its lock file in their output_dir (the machines share the folder).
+    # The first process trains the tokenizer and checks the data, and only then writes into output_dir; the others
+    # follow with the tokenizer it saved, once they found its lock file in their output_dir (the machines share it).
     output_dir = Path(training_args.output_dir)
-    first = (training_args.local_process_index if per_node else training_args.process_index) == 0
+    first = training_args.process_index == 0
     run_token = shared_run_token(training_args.world_size)
     locks = []  # the run lock, once the first process holds it
 
@@ -566,14 +536,13 @@ def train(
             raise
         trainer = built[0].trainer if built else None
         step = trainer.state.global_step if trainer is not None else None
-        ranks = world.ranks_of_machine() if training_args.save_on_each_node else None
         output_dir = Path(training_args.output_dir)
         if step is not None:  # the save the loss cut short: removed, never resumed from
             cut_short = output_dir / f"checkpoint-{step}"
-            if cut_short.is_dir() and checkpoint_problem(cut_short, ranks=ranks) is not None:
+            if cut_short.is_dir() and checkpoint_problem(cut_short) is not None:
                 shutil.rmtree(cut_short, ignore_errors=True)
         newest = next((str(path) for path in reversed(list_checkpoints(output_dir) if output_dir.is_dir() else [])
-                       if checkpoint_problem(path, ranks=ranks) is None), None)
+                       if checkpoint_problem(path) is None), None)
         raise ProcessLost(lost_process_message(world, heartbeats.lost(), cause, step, training_args.ddp_timeout,
                                                newest)) from error
     finally:

@@ -55,12 +55,6 @@ class RunLock:
             lines = lock_file.read().split("\n")
             lock_file.close()
             holder, host = lines[0].strip() or "unknown", (lines[1].split() or [None])[0] if len(lines) > 1 else None
-            if run_token is not None and len(lines) > 1 and lines[1].split()[1:] == [run_token]:
-                raise ConfigurationError(
-                    f"--output_dir {self.path.parent} is shared by the machines of this run, and --save_on_each_node "
-                    f"has each of them write it (the process {holder} on {host} holds it): leave --save_on_each_node "
-                    "out where the machines share the folder"
-                ) from None
             where = f" on {host}" if host and host != socket.gethostname() else ""
             raise ConfigurationError(
                 f"--output_dir {self.path.parent} is in use: another training process (pid {holder}{where}) is "

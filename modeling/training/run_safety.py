@@ -58,11 +58,10 @@ RUN_FILE_PATTERNS = (
 )
 
 
-def resolve_checkpoint(training_args, ranks=None) -> str | None:
+def resolve_checkpoint(training_args) -> str | None:
     """`--resume_from_checkpoint` as a path: a checkpoint folder, or 'last'/'true' for the newest complete one in
     output_dir. Checkpoints whose save was cut short (no trainer_state.json, a truncated weights file, a process's
-    random state missing; `ranks`: only these processes' are looked for) are skipped with a warning naming them; an
-    explicit one is refused."""
+    random state missing) are skipped with a warning naming them; an explicit one is refused."""
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none"):
         return None
@@ -70,7 +69,7 @@ def resolve_checkpoint(training_args, ranks=None) -> str | None:
         output_dir = Path(training_args.output_dir)
         checkpoints = list_checkpoints(output_dir) if output_dir.is_dir() else []
         for checkpoint in reversed(checkpoints):
-            problem = checkpoint_problem(checkpoint, ranks=ranks)
+            problem = checkpoint_problem(checkpoint)
             if problem is None:
                 return str(checkpoint)
             logger.warning("Skipping the incomplete checkpoint %s: %s", checkpoint, problem)
@@ -80,7 +79,7 @@ def resolve_checkpoint(training_args, ranks=None) -> str | None:
             + ("; start the run again with --overwrite_output_dir or in a new folder"
                if output_dir.is_dir() and holds_run(output_dir) and not holds_model(output_dir) else "")
         )
-    problem = checkpoint_problem(value, ranks=ranks)
+    problem = checkpoint_problem(value)
     if problem is not None:
         raise ConfigurationError(f"--resume_from_checkpoint {value} cannot be resumed from: {problem}")
     return str(value)
