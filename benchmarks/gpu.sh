@@ -90,8 +90,9 @@ scaling() {
     fi
     echo "gpu.sh: ddp-scaling on 1 and $gpus GPUs, at most $limit s"
     for count in 1 "$gpus"; do
+        several=(); [ "$count" -gt 1 ] && several=(--multi_gpu)  # accelerate refuses --multi_gpu for one process
         # shellcheck disable=SC2086  # SCALING_ARGS is a list of flags
-        timeout --signal=INT --kill-after=20 $((limit / 2)) python -m accelerate.commands.launch --multi_gpu \
+        timeout --signal=INT --kill-after=20 $((limit / 2)) python -m accelerate.commands.launch "${several[@]}" \
             --num_machines 1 --num_processes "$count" --mixed_precision no --dynamo_backend no \
             -m modeling.benchmarking.data_parallel --engine ddp --data_dir "$data" ${SCALING_ARGS:-} \
             --output "$out/ddp-$count.json" >> "$out/ddp-scaling.log" 2>&1

@@ -27,8 +27,8 @@ def test_one_process_trains_and_writes_its_target_tokens_per_second(tmp_path, mo
     assert written == json.loads(json.dumps(result))
     assert written["engine"] == engine and written["processes"] == 1 and written["target_tokens"] > 0
     assert written["target_tokens_per_s"] == pytest.approx(written["target_tokens"] / written["seconds"])
-    assert written["command"].startswith("accelerate launch --multi_gpu --num_processes 1 -m "
-                                         "modeling.benchmarking.data_parallel --engine")
+    assert written["command"].startswith("accelerate launch --num_processes 1 -m modeling.benchmarking.data_parallel "
+                                         "--engine")
     assert not torch.distributed.is_initialized()
 
 

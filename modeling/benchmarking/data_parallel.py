@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def shard(model, engine: str):
     """The model as `engine` trains it on this process."""
     if engine == "ddp":
@@ -69,6 +76,9 @@ def main(argv=None) -> dict | None:
     cuda = args.device == "cuda"
     dtype = args.dtype or ("bf16" if cuda else "fp32")
     max_tokens = args.max_tokens or (32768 if cuda else 2048)
+    if "WORLD_SIZE" not in os.environ:  # one process, launched without torch's launcher
+        os.environ.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()))
     torch.distributed.init_process_group("nccl" if cuda else "gloo")
     rank, processes = torch.distributed.get_rank(), torch.distributed.get_world_size()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
@@ -123,8 +133,8 @@ def main(argv=None) -> dict | None:
             "threads": torch.get_num_threads() if not cuda else None, "lengths": lengths.origin,
             "seconds": seconds, "target_tokens": int(tokens.item()), "target_tokens_per_s": tokens.item() / seconds,
             "seconds_per_step": seconds / args.steps, "torch": torch.__version__,
-            "command": as_typed(["accelerate", "launch", "--multi_gpu", "--num_processes", str(processes), "-m",
-                                 "modeling.benchmarking.data_parallel",
+            "command": as_typed(["accelerate", "launch", *(["--multi_gpu"] if processes > 1 else []),
+                                 "--num_processes", str(processes), "-m", "modeling.benchmarking.data_parallel",
                                  *(argv if argv is not None else sys.argv[1:])]),
         }
         if rank == 0:
