@@ -14,6 +14,11 @@
 #    removes).  -> OUTPUT_DIR/results-gpu-packed-base-marian-compiled.json
 # 4. if time is left, base with FlexAttention's block masks in place of dense masks for the packed batches
 #    (--packed_attention flex_attention), eager and compiled.  -> OUTPUT_DIR/results-gpu-packed-flex.json
+# 5. on a machine with several GPUs, DDP's scaling: base trained with DDP on Multi30k's lengths (32,768-token batches per
+#    GPU, bf16) on 1 GPU and on all of them (modeling/benchmarking/data_parallel.py), target tokens/s of each, the
+#    speed-up and the efficiency beside NVIDIA's published 6.72x on 8 A100s for fairseq's Transformer.
+#    -> OUTPUT_DIR/results-gpu-ddp-scaling.json. Skipped on one GPU (GPUS=N sets the count; SCALING_ARGS is added to
+#    both launches, as BENCHMARK_ARGS to the others).
 # The steps go in that order, the most wanted first, since a compiled half that is cut short keeps none of its figures.
 #
 # Each step runs under a time limit so that the whole ends within TOTAL_SECONDS (default 570); the benchmark writes
@@ -70,4 +75,31 @@ step base 240 "${base[@]}" --only compile --compiled_runs packed
 step big 200 --sizes big --steps 10 --repetitions 2 --only compile --compiled_runs packed
 step base-marian-compiled 300 "${base[@]}" --only train --compile --compiled_runs marian
 step flex 150 "${base[@]}" --only compile --compiled_runs packed --packed_attention flex_attention
+
+# scaling SECONDS: DDP on 1 GPU, then on all, each launch stopped after half of SECONDS (or what is left)
+scaling() {
+    local limit=$1 gpus=${GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")}
+    if [ "$gpus" -lt 2 ]; then
+        echo "gpu.sh: ddp-scaling skipped: $gpus GPU(s)"
+        return
+    fi
+    [ "$(left)" -lt "$limit" ] && limit=$(left)
+    if [ "$limit" -lt 60 ]; then
+        echo "gpu.sh: ddp-scaling skipped, $(left) s left"
+        return
+    fi
+    echo "gpu.sh: ddp-scaling on 1 and $gpus GPUs, at most $limit s"
+    for count in 1 "$gpus"; do
+        several=(); [ "$count" -gt 1 ] && several=(--multi_gpu)  # accelerate refuses --multi_gpu for one process
+        # shellcheck disable=SC2086  # SCALING_ARGS is a list of flags
+        timeout --signal=INT --kill-after=20 $((limit / 2)) python -m accelerate.commands.launch "${several[@]}" \
+            --num_machines 1 --num_processes "$count" --mixed_precision no --dynamo_backend no \
+            -m modeling.benchmarking.data_parallel --engine ddp --data_dir "$data" ${SCALING_ARGS:-} \
+            --output "$out/ddp-$count.json" >> "$out/ddp-scaling.log" 2>&1
+        echo "gpu.sh: ddp on $count GPU(s) ended with status $? after $((SECONDS - started)) s in all"
+    done
+    python -m modeling.benchmarking.data_parallel scaling "$out/ddp-1.json" "$out/ddp-$gpus.json" \
+        --output "$out/results-gpu-ddp-scaling.json" || tail -n 40 "$out/ddp-scaling.log"
+}
+scaling 200
 ls -l "$out"

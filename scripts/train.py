@@ -11,6 +11,10 @@ end quietly); a failed Hub upload after training, a non-finite loss or a failed 
 A stop signal (--stop_signals: SIGTERM, SIGUSR1 and Ctrl-C by default) ends training after the step under way with
 that step's checkpoint saved and one line `train.py: stopped by SIGTERM after optimizer step N ...`, exit status 75
 (EX_TEMPFAIL: resume with --resume_from_checkpoint last); a second Ctrl-C aborts at once with status 130.
+
+On several machines each machine's log says why the run stopped: a refusal is printed by one process of each
+machine; a process that another one's death or silence stopped prints one line naming the lost process and the
+checkpoint to resume from, and exits with status 1.
 """
 
 import sys
@@ -21,6 +25,7 @@ from modeling.training.argument_parsing import parse_arguments
 from modeling.training.arguments import ConfigurationError
 from modeling.training.run import STOPPED_STATUS, RefusedByAnotherProcess, TrainingStopped, train
 from modeling.training.trainer import CheckpointSaveError, NonFiniteLossError
+from modeling.training.world import ProcessLost
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
 
@@ -36,13 +41,16 @@ def main(argv=None) -> None:
     try:
         model_args, data_args, training_args, config_path = parse_arguments(argv, copy_task_config=DEFAULT_CONFIG)
         train(model_args, data_args, training_args, config_path=config_path, argv=argv)
-    except RefusedByAnotherProcess:
+    except RefusedByAnotherProcess as error:
+        if error.report_here:  # the first process of a machine on which no process refused: its log says why
+            fail(error, status=2)
         # That process prints why and fails the run. This one ends quietly with status 0: the launcher (torch's
-        # elastic agent) stops every process as soon as one fails, which could be before that one has printed.
+        # elastic agent) stops every process of its machine as soon as one fails, which could be before that one
+        # has printed.
         sys.exit(0)
     except ConfigurationError as error:
         fail(error, status=2)
-    except (HubUploadError, NonFiniteLossError, CheckpointSaveError) as error:  # found while training
+    except (HubUploadError, NonFiniteLossError, CheckpointSaveError, ProcessLost) as error:  # found while training
         fail(error, status=1)
     except TrainingStopped as error:
         print(f"train.py: {error}", file=sys.stderr)

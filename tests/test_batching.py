@@ -140,3 +140,37 @@ def test_padding_waste_on_multi30k_is_far_below_fixed_size_random_batches(multi3
         assert budget["pairs"] == len(source) and budget["tokens"] == random["tokens"]
         assert budget["padding_fraction"] < 0.5 * random["padding_fraction"]
     assert budget["padding_fraction"] < 0.25 and random["padding_fraction"] > 0.5
+
+
+def greedy_batches(source, target, max_tokens, order, token_count="max", max_sentences=None):
+    """The greedy fill one pair at a time, in `order`: a batch ends before the pair that would take it over."""
+    batches, batch, longest_source, longest_target = [], [], 0, 0
+    for index in order:
+        new_source, new_target = max(longest_source, source[index]), max(longest_target, target[index])
+        if batch and (len(batch) == max_sentences
+                      or batch_cost(len(batch) + 1, new_source, new_target, token_count) > max_tokens):
+            batches.append(batch)
+            batch, new_source, new_target = [], source[index], target[index]
+        batch.append(index)
+        longest_source, longest_target = new_source, new_target
+    return batches + ([batch] if batch else [])
+
+
+@pytest.mark.parametrize("token_count, max_sentences", [("max", None), ("sum", None), ("max", 7)])
+def test_the_batches_are_the_greedy_fill_of_the_length_order(token_count, max_sentences):
+    """The windowed NumPy fill ends each batch where the pair-by-pair greedy fill does."""
+    source, target = random_lengths(5000, seed=2)
+    sampler = TokenBudgetBatchSampler(source, target, 900, seed=1, shuffle=False, token_count=token_count,
+                                      max_sentences=max_sentences)
+    order = np.lexsort((target, source))  # without shuffling, ties in index order
+    assert sampler.batches == greedy_batches(source, target, 900, order.tolist(), token_count, max_sentences)
+
+
+def test_a_sampler_holds_about_12_bytes_a_pair_and_no_python_object_per_pair():
+    source, target = random_lengths(200_000, seed=3)
+    sampler = TokenBudgetBatchSampler(source, target, 2048, seed=0, num_replicas=3, rank=None)
+    batches = sampler.batches
+    held = (sampler.padded_source_lengths.nbytes + sampler.padded_target_lengths.nbytes + batches.indices.nbytes
+            + batches.starts.nbytes + batches.ends.nbytes)
+    assert held / len(source) < 13 and batches.indices.dtype == np.int32
+    assert isinstance(batches[0], list) and len(batches[:3]) == 3 and sum(map(len, batches)) == len(source)

@@ -374,6 +374,11 @@ def check_results(results, fresh_processes=True):
     pipeline = results["data"]["pipeline"]
     assert set(pipeline["stage_seconds"]) == {"load", "prepare", "index"}
     assert pipeline["peak_rss_bytes"] > 0 and pipeline["batches"] > 0
+    # private (anonymous) memory, not the memory-mapped files' pages: its peak, and the batches' index per pair
+    assert 0 < pipeline["private_bytes_at_start"] <= pipeline["peak_private_bytes"]
+    assert set(pipeline["stage_peak_private_bytes"]) == set(pipeline["seconds_per_million_pairs"]) == {
+        "load", "prepare", "index"}
+    assert pipeline["index_bytes"] > 0 and pipeline["index_bytes_per_pair"] >= 8  # lengths and indices: 12 at scale
     assert results["data"]["pipeline_cached"]["batches"] == pipeline["batches"]
     environment = results["environment"]
     for key in ("device", "device_name", "torch", "transformers", "threads", "date", "cpu"):
@@ -717,6 +722,7 @@ def test_command_line_run_with_fresh_processes_and_first_step(tmp_path):
     for key in ("first_step", "first_step_cached"):
         first_step = results["data"][key]
         assert 0 < first_step["setup_seconds"] < first_step["first_step_seconds"]
+        assert first_step["peak_private_bytes"] > 100 * 2**20  # the training process's: torch, the model, the data
     assert "ours/marian" in result.stdout
 
 

@@ -436,7 +436,8 @@ def test_resuming_with_packing_turned_on_or_off_is_named_as_other_batches():
 @pytest.mark.slow  # about 3.5 minutes: the GPU script's steps, shrunk to the tiny model on the CPU
 def test_the_gpu_script_runs_its_steps_and_writes_their_json(tmp_path):
     """benchmarks/gpu.sh with BENCHMARK_ARGS making each step a CPU smoke test: its flags are the benchmark's, each
-    step writes its JSON, and FlexAttention's step is refused on a CPU in one line."""
+    step writes its JSON, and FlexAttention's step is refused on a CPU in one line; DDP's scaling, as on 2 GPUs
+    (GPUS=2), trains 1 and 2 processes on the CPU (SCALING_ARGS) and writes their speed-up."""
     import os
     import subprocess
 
@@ -445,7 +446,9 @@ def test_the_gpu_script_runs_its_steps_and_writes_their_json(tmp_path):
     smoke = ("--device cpu --dtype fp32 --sizes tiny --steps 2 --repetitions 1 --max_tokens 256 --vocab_size 300 "
              "--peak_matmul_size 64 --threads 1 --compile_backend aot_eager")
     result = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "gpu.sh"), str(tmp_path), str(tmp_path / "none")],
-                            env={**os.environ, **SCRIPT_ENV, "BENCHMARK_ARGS": smoke, "TOTAL_SECONDS": "900"},
+                            env={**os.environ, **SCRIPT_ENV, "BENCHMARK_ARGS": smoke, "TOTAL_SECONDS": "900",
+                                 "GPUS": "2", "SCALING_ARGS": "--device cpu --size tiny --steps 2 --warmup 1 "
+                                                              "--max_tokens 256 --threads 1"},
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for step in ("base", "big"):  # the compile section: ours packed eager and compiled, the padded runs eager
@@ -459,6 +462,9 @@ def test_the_gpu_script_runs_its_steps_and_writes_their_json(tmp_path):
     assert results["environment"]["compiled_training"] and "compile" not in results
     assert steady["marian"]["target_tokens_per_s"] > 0 and steady["ours"] is None
     assert "flex_attention trains on CUDA only" in (tmp_path / "flex.log").read_text()
+    scaling = json.loads((tmp_path / "results-gpu-ddp-scaling.json").read_text())
+    assert (scaling["one"]["processes"], scaling["many"]["processes"], scaling["engine"]) == (1, 2, "ddp")
+    assert scaling["speedup"] > 0 and scaling["reference"]["speedup"] == 6.72
 
 
 def test_the_masks_keep_each_pair_to_itself_and_give_padding_one_key():

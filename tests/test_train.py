@@ -813,6 +813,8 @@ def test_a_logger_or_optimizer_from_a_missing_package_is_refused_before_anything
         (["--generation_num_beams", "0"], r"^--generation_num_beams must be at least 1, got 0"),
         (["--max_steps", "0"], r"^--max_steps must be a positive number of optimizer steps"),
         (["--max_train_samples", "0"], r"^--max_train_samples must be at least 1 pair, got 0"),
+        (["--preprocessing_num_workers", "0"], r"^--preprocessing_num_workers must be at least 1 process, got 0"),
+        (["--ddp_timeout", "0"], r"^--ddp_timeout must be a positive number of seconds, got 0"),
         (["--data_dir", "no/such/corpus"], r"^--data_dir no/such/corpus does not exist .*; get Multi30k into "
                                            r"data/multi30k with: mkdir -p data/multi30k && for f in .*curl .*; done "
                                            r"\(other corpora: docs/data\.md\)"),

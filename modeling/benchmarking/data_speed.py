@@ -8,16 +8,20 @@ has 12.4-13.0), target lengths correlated with the source; an 8000-token BPE mak
 tokenizer here).
 
 - pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.run.setup_training` runs, each timed:
-  load (`load_parallel_corpus` + the tokenizer), prepare (`prepare_pairs`: tokenize once, then drop empty pairs and
-  pairs over `max_length` tokens), index (`token_lengths` + `TokenBudgetBatchSampler`).
-  Peak RSS (`MemoryWatch`: reset after the imports) is also read after each stage (the stage that raises it is
-  the one that needed the memory); `rss_delta` subtracts the RSS after the imports. `pipeline` runs on an empty
-  `datasets` cache (a folder of the benchmark's own), `pipeline_cached` runs again on the cache the first run left
-  (the text read back as Arrow, the tokens found by the map's fingerprint).
+  load (`load_parallel_corpus` + the tokenizer), prepare (`prepare_pairs`: tokenize once, with
+  `--preprocessing_num_workers` processes, then drop empty pairs and pairs over `max_length` tokens), index
+  (`token_lengths` + `TokenBudgetBatchSampler`), and their seconds per million pairs.
+  Memory: the private (anonymous) memory of the process and its workers (`PrivateMemoryWatch`: its peak in each
+  stage, what is left after each, and what the batches' index holds per pair), which is what a corpus larger than
+  memory must keep small; and, as before, peak RSS (`MemoryWatch`: reset after the imports), which also counts the
+  memory-mapped Arrow files' pages as they are read (the kernel drops those as memory runs short). `pipeline` runs on
+  an empty `datasets` cache (a folder of the benchmark's own), `pipeline_cached` runs again on the cache the first
+  run left (the text read back as Arrow, the tokens found by the map's fingerprint).
 - first step: `accelerate launch scripts/train.py` on that corpus with the tokenizer given, the first benchmark size,
   `--max_steps 1 --logging_steps 1`; seconds from starting the launcher to its "Model:" line (setup done: data,
-  model, Trainer) and to the first logged loss (the first optimizer step done). The run is stopped there.
-  `first_step` starts on an empty cache, `first_step_cached` is a second launch on the cache the first one left.
+  model, Trainer) and to the first logged loss (the first optimizer step done), and the training process's peak
+  private memory until then. The run is stopped there. `first_step` starts on an empty cache, `first_step_cached` is
+  a second launch on the cache the first one left (removed afterwards: at 45M pairs a cache holds tens of GB).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import collections
 import itertools
 import os
 import shlex
+import shutil
 import signal
 import string
 import subprocess
@@ -104,31 +109,47 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
     datasets.config.HF_DATASETS_CACHE = Path(spec["cache_dir"])  # the benchmark's own cache, not the user's
     memory = measure.MemoryWatch(torch.device("cpu"))
     memory.start()  # after the imports: this module's imports are the pipeline's
-    stages, peaks = {}, {}
+    private = measure.PrivateMemoryWatch().start()
+    stages, peaks, private_peaks, private_after = {}, {}, {}, {}
 
     def stage(name, function):
+        private.mark()
         stages[name], result = measure.timed(function)
         peaks[name] = measure.peak_rss_bytes()
+        private_peaks[name], private_after[name] = private.stage_peak(), private.sample()
         return result
 
     corpus, tokenizer = stage("load", lambda: (
         load_parallel_corpus(spec["corpus_dir"], spec["source_lang"], spec["target_lang"]),
         load_tokenizers(spec["tokenizer_dir"]),
     ))
-    _, tokenized, report = stage("prepare", lambda: prepare_pairs(corpus, tokenizer, max_length=spec["max_length"]))
+    _, tokenized, report = stage("prepare", lambda: prepare_pairs(
+        corpus, tokenizer, max_length=spec["max_length"], num_proc=spec.get("num_proc")))
     sampler = stage("index", lambda: TokenBudgetBatchSampler(
         *token_lengths(tokenized["train"]), spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"]
     ))
+    index_bytes = sum(array.nbytes for array in (
+        sampler.padded_source_lengths, sampler.padded_target_lengths, sampler.batches.indices, sampler.batches.starts,
+        sampler.batches.ends))
     peak, delta = memory.read()
+    pairs, kept = report["train"]["total"], report["train"]["kept"]
     return {
         "stage_seconds": stages,
+        "seconds_per_million_pairs": {name: seconds / pairs * 1e6 for name, seconds in stages.items()},
         "peak_rss_bytes_after_stage": peaks,
         "seconds": sum(stages.values()),
-        "pairs_per_s": report["train"]["total"] / sum(stages.values()),
-        "kept_pairs": report["train"]["kept"],
+        "pairs_per_s": pairs / sum(stages.values()),
+        "kept_pairs": kept,
         "batches": len(sampler),
         "peak_rss_bytes": peak,
         "rss_delta_bytes": delta,
+        "private_bytes_at_start": private.start_bytes,
+        "stage_peak_private_bytes": private_peaks,
+        "private_bytes_after_stage": private_after,
+        "peak_private_bytes": private.stop(),
+        "index_bytes": index_bytes,
+        "index_bytes_per_pair": index_bytes / kept,
+        "num_proc": spec.get("num_proc"),
     }
 
 
@@ -155,6 +176,8 @@ def train_command(
         "--data_dir", corpus_dir, "--source_lang", settings.source_lang, "--target_lang", settings.target_lang,
         "--tokenizer_name_or_path", tokenizer_dir, "--max_length", settings.max_length, "--preset", preset,
         *itertools.chain.from_iterable(flags),
+        *(["--preprocessing_num_workers", settings.preprocessing_num_workers]
+          if settings.preprocessing_num_workers else []),
         "--max_tokens", settings.max_tokens, "--max_steps", 1, "--logging_steps", 1, "--warmup_steps", 1,
         "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
         "--seed", settings.seed, "--output_dir", output_dir,
@@ -174,6 +197,7 @@ def time_to_first_step(command: list[str], timeout: float = 3600, environment: d
                                start_new_session=True)
     watchdog = threading.Timer(timeout, _stop_process_group, (process,))
     watchdog.start()
+    private = measure.PrivateMemoryWatch(process.pid, only="train.py").start()  # the training process, not the launcher
     setup = first_step = None
     tail = collections.deque(maxlen=40)
     try:
@@ -186,13 +210,15 @@ def time_to_first_step(command: list[str], timeout: float = 3600, environment: d
                 break
     finally:
         watchdog.cancel()
+        peak_private = private.stop()
         _stop_process_group(process)  # the run has shown what is measured; its saving is not
     if first_step is None:
         raise RuntimeError(
             f"the training run logged no loss (exit code {process.returncode}); command:\n{shlex.join(command)}\n"
             f"last output:\n{''.join(tail)}"
         )
-    return {"setup_seconds": setup, "first_step_seconds": first_step, "command": as_typed(command)}
+    return {"setup_seconds": setup, "first_step_seconds": first_step, "peak_private_bytes": peak_private,
+            "command": as_typed(command)}
 
 
 def _stop_process_group(process: subprocess.Popen) -> None:
@@ -223,11 +249,9 @@ def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> di
             "target_lang": settings.target_lang, "max_length": settings.max_length,
             "max_tokens": settings.max_tokens, "pad_to_multiple_of": settings.pad_to_multiple_of,
         }
-        spec["cache_dir"] = str(temporary / "cache-pipeline")
-        pipeline = measure.run_in_fresh_process(fresh_data_pipeline_run, spec)
-        pipeline_cached = measure.run_in_fresh_process(fresh_data_pipeline_run, spec)
+        spec["num_proc"] = settings.preprocessing_num_workers
         first_step = first_step_cached = None
-        if train_script is not None:
+        if train_script is not None:  # first: its cache is removed before the pipeline makes its own
             cache = {"HF_DATASETS_CACHE": str(temporary / "cache-run")}
             first_step, first_step_cached = (
                 time_to_first_step(
@@ -235,6 +259,10 @@ def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> di
                 )
                 for run in ("run", "run-again")  # a new output_dir: train.py refuses to write over an earlier run
             )
+            shutil.rmtree(temporary / "cache-run", ignore_errors=True)
+        spec["cache_dir"] = str(temporary / "cache-pipeline")
+        pipeline = measure.run_in_fresh_process(fresh_data_pipeline_run, spec)
+        pipeline_cached = measure.run_in_fresh_process(fresh_data_pipeline_run, spec)
     return {
         "corpus": corpus, "tokenizer": tokenizer, "pipeline": pipeline, "pipeline_cached": pipeline_cached,
         "first_step": first_step, "first_step_cached": first_step_cached,

@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 import resource
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -146,6 +147,79 @@ def peak_rss_bytes() -> int:
         return peak
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def private_bytes(pid: int | str = "self") -> int:
+    """A process's anonymous memory: `Anonymous` of /proc/PID/smaps_rollup, the pages of its heap and of the arrays
+    it allocated, which no file backs. RSS also counts file-backed pages (a memory-mapped Arrow file's as it is read,
+    the shared libraries'), which the kernel drops and reads back as memory runs short. 0 where it cannot be read
+    (not Linux, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
+            for line in rollup:
+                if line.startswith("Anonymous:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class PrivateMemoryWatch:
+    """The peak of the anonymous memory (`private_bytes`) of a process and its descendants (datasets' map workers,
+    a launcher's training processes: those whose command line holds `only`, where given), sampled every `interval`
+    seconds from a thread and at every `sample()`. `mark()` starts a new stage: `stage_peak()` is the peak since."""
+
+    method = "peak anonymous memory (/proc/PID/smaps_rollup: Anonymous, not file-backed pages), sampled every 20 ms"
+
+    def __init__(self, pid: int | None = None, interval: float = 0.02, only: str | None = None):
+        self.process, self.interval, self.only = psutil.Process(pid), interval, only
+        self.peak = self.stage = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="private-memory", daemon=True)
+
+    def sample(self) -> int:
+        """The anonymous memory now (of the processes watched), counted into the peaks."""
+        try:
+            processes = [self.process, *self.process.children(recursive=True)]
+        except psutil.Error:
+            processes = []
+        if self.only is not None:
+            processes = [process for process in processes if self._matches(process)]
+        now = sum(private_bytes(process.pid) for process in processes)
+        self.peak, self.stage = max(self.peak, now), max(self.stage, now)
+        return now
+
+    def _matches(self, process) -> bool:
+        try:
+            return self.only in " ".join(process.cmdline())
+        except psutil.Error:
+            return False
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def start(self) -> "PrivateMemoryWatch":
+        self.start_bytes = self.sample()
+        self._thread.start()
+        return self
+
+    def mark(self) -> int:
+        """The anonymous memory now; the stage peak starts again from it."""
+        now = self.sample()
+        self.stage = now
+        return now
+
+    def stage_peak(self) -> int:
+        self.sample()
+        return self.stage
+
+    def stop(self) -> int:
+        """Stop sampling; the peak."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.peak
 
 
 class MemoryWatch:

@@ -95,6 +95,11 @@ def format_table(results: dict) -> str:
                      f"{pipeline['seconds']:,.1f} = " + " + ".join(f"{s:,.1f}" for s in stages.values()), "", ""))
         rows.append(("data", "", "pipeline peak RSS MiB (+ over the imports)",
                      f"{pipeline['peak_rss_bytes'] / MIB:,.0f} (+{pipeline['rss_delta_bytes'] / MIB:,.0f})", "", ""))
+        if "peak_private_bytes" in pipeline:
+            rows.append(("data", "", "pipeline peak private memory MiB (+ over the imports); index bytes/pair",
+                         f"{pipeline['peak_private_bytes'] / MIB:,.0f} "
+                         f"(+{(pipeline['peak_private_bytes'] - pipeline['private_bytes_at_start']) / MIB:,.0f}); "
+                         f"{pipeline['index_bytes_per_pair']:.1f}", "", ""))
         cached, cached_stages = data["pipeline_cached"], data["pipeline_cached"]["stage_seconds"]
         rows.append(("data", "", "the same, again on the cache it left: s",
                      f"{cached['seconds']:,.1f} = " + " + ".join(f"{s:,.1f}" for s in cached_stages.values()), "", ""))

@@ -34,7 +34,8 @@ DEFAULT_OUTPUT_DIR = "outputs/benchmarks"  # git-ignored, from the project root
 # A default is taken from the first of: the command line, QUICK_DEFAULTS (with --quick), DEVICE_DEFAULTS, DEFAULTS.
 DEFAULTS = dict(
     sections=list(DEFAULT_SECTIONS), repetitions=3, fresh_runs=2, label_smoothing=[0.0, 0.1], num_beams=[1, 4],
-    max_new_tokens=32, data_pairs=WMT14_PAIRS, data_dir=DEFAULT_DATA_DIR, source_lang="de", target_lang="en",
+    max_new_tokens=32, data_pairs=WMT14_PAIRS, preprocessing_num_workers=None, data_dir=DEFAULT_DATA_DIR,
+    source_lang="de", target_lang="en",
     vocab_size=8000, max_length=128, seed=0, compile=False, compile_backend="inductor", compile_regions=False,
     profile=False, sdpa_backends=None, packing=False, packed_attention="sdpa", compiled_runs=None,
 )
@@ -67,6 +68,7 @@ class BenchmarkSettings:
     caches: list[str]
     max_new_tokens: int
     data_pairs: int
+    preprocessing_num_workers: int | None
     data_dir: str | None
     source_lang: str
     target_lang: str
@@ -124,6 +126,9 @@ class BenchmarkSettings:
             )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"--pad_to_multiple_of must be at least 1 (or left out), got {self.pad_to_multiple_of}.")
+        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
+            raise ValueError("--preprocessing_num_workers must be at least 1 (or left out), got "
+                             f"{self.preprocessing_num_workers}.")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"--seed must be in [0, 2**32), got {self.seed}.")
         if self.vocab_size <= FIRST_ORDINARY_ID:  # the batches' random tokens are drawn from the ordinary ids
@@ -207,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max_new_tokens", type=int, help="Tokens generated per source (32).")
     add("--data_pairs", type=int,
         help=f"Pairs in the synthetic corpus of the data section ({WMT14_PAIRS:,}, WMT14's size).")
+    add("--preprocessing_num_workers", type=int,
+        help="Processes that tokenize the data section's corpus, as train.py's flag (default: this one).")
     add("--data_dir", help=f"Corpus whose training-split lengths shape the batches ({DEFAULT_DATA_DIR}); when the "
                            "folder does not exist, a synthetic Multi30k-like length distribution.")
     add("--source_lang", help="Source language of --data_dir (de).")

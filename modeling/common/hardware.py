@@ -29,10 +29,13 @@ _ENGINES = {"MULTI_CPU": "DDP", "MULTI_GPU": "DDP", "MULTI_XPU": "DDP", "MULTI_N
 
 
 def describe_run(processes: int, device_type: str, distributed_type: str, precision: str,
-                 threads: int | None = None) -> str:
-    """How a run computes, e.g. "2 processes on the CPU (DDP, fp32, 1 thread each)" or "1 process on the GPU (bf16)";
-    `distributed_type` is accelerate's (`DistributedType.value`), `threads` the CPU threads of each process."""
+                 threads: int | None = None, machines: int = 1) -> str:
+    """How a run computes, e.g. "2 processes on the CPU (DDP, fp32, 1 thread each)", "1 process on the GPU (bf16)"
+    or "16 processes on the GPUs of 2 machines (DDP, bf16)"; `distributed_type` is accelerate's
+    (`DistributedType.value`), `threads` the CPU threads of each process."""
     device = {"cpu": "the CPU", "cuda": "the GPU"}.get(device_type, device_type)
+    if machines > 1:
+        device = {"cpu": "the CPUs", "cuda": "the GPUs"}.get(device_type, device_type) + f" of {machines} machines"
     details = [engine] if (engine := _ENGINES.get(distributed_type, distributed_type)) != "NO" else []
     details.append(precision)
     if threads is not None:

@@ -10,7 +10,9 @@ longest source and target are S and T tokens (each rounded up to `pad_to_multipl
     token_count="sum":  n * (S + T)      encoder and decoder tensors together hold at most max_tokens tokens
 
 Batches are built once, deterministically from `seed` (pairs sorted by source then target length, ties in random
-order, then packed greedily), and their order is shuffled each epoch (`set_epoch`). For `num_replicas` processes,
+order, then packed greedily), and their order is shuffled each epoch (`set_epoch`). They are held as arrays (`Batches`:
+the pairs' indices in batch order, 4 bytes a pair, and where each batch starts and ends), beside the padded lengths
+(4 bytes a side), so a sampler over 45M pairs holds about 12 bytes a pair and no Python object per pair. For `num_replicas` processes,
 the largest batches are split in two until the batch count is a multiple of `num_replicas` (splitting never exceeds
 the cap), and rank r takes every `num_replicas`-th batch from position r of the epoch's order: every rank gets the
 same number of batches, and every pair appears exactly once per epoch across all ranks.
@@ -24,7 +26,7 @@ whole epoch (a multiple of `num_replicas` batches) and let accelerate's `BatchSa
 
 from __future__ import annotations
 
-import heapq
+import array
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -49,7 +51,7 @@ def batch_cost(num_sentences: int, max_source: int, max_target: int, token_count
 
 
 def token_lengths(dataset, source_column: str = "input_ids", target_column: str = "labels"):
-    """(source_lengths, target_lengths) as int64 arrays, read from the token lists of a tokenized `datasets.Dataset`
+    """(source_lengths, target_lengths) as int32 arrays, read from the token lists of a tokenized `datasets.Dataset`
     (as `modeling.data.corpus.tokenize_pairs` makes) without decoding the rows into Python."""
     import pyarrow.compute as pc
 
@@ -61,9 +63,66 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
     indices = dataset._indices.column(0).to_numpy() if dataset._indices is not None else None
     lengths = []
     for column in (source_column, target_column):
-        stored = pc.list_value_length(dataset.data.column(column)).to_numpy(zero_copy_only=False).astype(np.int64)
+        stored = pc.list_value_length(dataset.data.column(column)).to_numpy(zero_copy_only=False)
+        stored = stored.astype(np.int32, copy=False)  # a token list's length is an int32 in Arrow
         lengths.append(stored if indices is None else stored[indices])
     return tuple(lengths)
+
+
+def index_dtype(count: int):
+    """The smallest of int32 and int64 that indexes `count` pairs."""
+    return np.int32 if count < 2**31 else np.int64
+
+
+class Batches(Sequence):
+    """Batches of pair indices held as arrays: batch b is `indices[starts[b]:ends[b]]`. A batch reads as a list of
+    Python ints (made when read); the batches compare, slice and iterate as a list of such lists."""
+
+    def __init__(self, indices: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+        self.indices, self.starts, self.ends = indices, np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+
+    @classmethod
+    def from_lists(cls, batches: Sequence[Sequence[int]]) -> "Batches":
+        sizes = np.fromiter((len(batch) for batch in batches), dtype=np.int64, count=len(batches))
+        ends = np.cumsum(sizes)
+        flat = np.fromiter((index for batch in batches for index in batch), dtype=np.int64, count=int(sizes.sum()))
+        return cls(flat.astype(index_dtype(len(flat)), copy=False), ends - sizes, ends)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, position):
+        if isinstance(position, slice):
+            return [self[each] for each in range(*position.indices(len(self)))]
+        return self.indices[self.starts[position]:self.ends[position]].tolist()
+
+    def __iter__(self):
+        for start, end in zip(self.starts.tolist(), self.ends.tolist()):
+            yield self.indices[start:end].tolist()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Batches):
+            return len(self) == len(other) and np.array_equal(self.sizes, other.sizes) and all(
+                np.array_equal(self.indices[a:b], other.indices[c:d])
+                for a, b, c, d in zip(self.starts, self.ends, other.starts, other.ends))
+        return isinstance(other, Sequence) and list(self) == [list(batch) for batch in other]
+
+    def __repr__(self) -> str:
+        return f"Batches({len(self)} batches of {int(self.sizes.sum())} pairs)"
+
+
+def _int32_lengths(lengths) -> np.ndarray:
+    """Token counts as a new int32 array (a copy: the sampler pads it in place)."""
+    lengths = np.asarray(lengths)
+    if lengths.dtype.kind not in "iu":
+        lengths = lengths.astype(np.int64)
+    if lengths.size and lengths.max() >= 2**31:
+        raise ValueError(f"a length of {lengths.max()} tokens is beyond what the batches hold (2**31 - 1)")
+    return lengths.astype(np.int32)
 
 
 class PairsOverBudgetError(ValueError):
@@ -103,8 +162,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         token_count: str = "max",
         max_sentences: int | None = None,
     ):
-        source = np.asarray(source_lengths, dtype=np.int64)
-        target = np.zeros_like(source) if target_lengths is None else np.asarray(target_lengths, dtype=np.int64)
+        source = _int32_lengths(source_lengths)
+        target = np.zeros_like(source) if target_lengths is None else _int32_lengths(target_lengths)
         if source.ndim != 1 or source.shape != target.shape:
             raise ValueError(f"need one source and one target length per pair, got {source.shape} and {target.shape}")
         if len(source) and min(source.min(), target.min()) < 0:
@@ -123,8 +182,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self.pad_to_multiple_of, self.token_count, self.max_sentences = pad_to_multiple_of, token_count, max_sentences
         self.batch_size, self.drop_last = None, False  # what accelerate's BatchSamplerShard reads
-        self.padded_source_lengths = pad_length(source, pad_to_multiple_of)
-        self.padded_target_lengths = pad_length(target, pad_to_multiple_of)
+        if pad_to_multiple_of:  # in place, in int32 (`pad_length` makes int64 copies)
+            for lengths in (source, target):
+                np.negative(lengths, out=lengths)
+                np.floor_divide(lengths, pad_to_multiple_of, out=lengths)
+                np.multiply(lengths, -pad_to_multiple_of, out=lengths)
+        self.padded_source_lengths, self.padded_target_lengths = source, target
         self._check_fits()
         self.batches = self._split_for_replicas(self._pack())
 
@@ -143,47 +206,60 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 too_long.tolist(),
             )
 
-    def _pack(self) -> list[list[int]]:
-        """Sort by source length, then target length (as fairseq), and fill each batch greedily up to the cap."""
+    def _pack(self) -> Batches:
+        """Sort by source length, then target length (as fairseq), and fill each batch greedily up to the cap: a batch
+        ends before the first pair that would take its padded cost over the cap (or its size over max_sentences).
+        The cost of the first k pairs only grows with k, so it is found in a window of the sorted lengths at a time,
+        in NumPy (the window doubles until it holds the batch's end)."""
         source, target = self.padded_source_lengths, self.padded_target_lengths
+        count = len(source)
         rng = np.random.default_rng([self.seed, 2**32 - 1])  # a stream separate from the per-epoch orders
-        tie_break = rng.permutation(len(source)) if self.shuffle else np.arange(len(source))
-        order = tie_break[np.lexsort((target[tie_break], source[tie_break]))]
-        batches, batch, max_source, max_target = [], [], 0, 0
-        for index, s, t in zip(order.tolist(), source[order].tolist(), target[order].tolist()):
-            new_source, new_target = max(max_source, s), max(max_target, t)
-            full = self.max_sentences is not None and len(batch) == self.max_sentences
-            over = batch_cost(len(batch) + 1, new_source, new_target, self.token_count) > self.max_tokens
-            if batch and (full or over):
-                batches.append(batch)
-                batch, new_source, new_target = [], s, t
-            batch.append(index)
-            max_source, max_target = new_source, new_target
-        if batch:
-            batches.append(batch)
-        return batches
+        tie_break = rng.permutation(count) if self.shuffle else np.arange(count)
+        order = tie_break[np.lexsort((target[tie_break], source[tie_break]))].astype(index_dtype(count))
+        del tie_break
+        sorted_source, sorted_target = source[order], target[order]
+        most = self.max_sentences or count
+        ends, start, window = array.array("q"), 0, 64  # 8 bytes a batch
+        while start < count:
+            width = min(window, count - start, most)
+            longest_source = np.maximum.accumulate(sorted_source[start:start + width]).astype(np.int64)
+            longest_target = np.maximum.accumulate(sorted_target[start:start + width]).astype(np.int64)
+            costs = batch_cost(np.arange(1, width + 1), longest_source, longest_target, self.token_count)
+            over = np.flatnonzero(costs > self.max_tokens)
+            if len(over):
+                size = max(1, int(over[0]))  # a pair alone always fits (`_check_fits`)
+            elif width < min(count - start, most):
+                window *= 2
+                continue
+            else:
+                size = width
+            start += size
+            ends.append(start)
+            window = max(64, 2 * size)
+        ends = np.frombuffer(ends, dtype=np.int64) if len(ends) else np.zeros(0, dtype=np.int64)
+        return Batches(order, np.concatenate([[0], ends[:-1]]).astype(np.int64), ends)
 
-    def _split_for_replicas(self, batches: list[list[int]]) -> list[list[int]]:
-        """Split the largest batches in two until every replica gets the same number; nothing is duplicated."""
+    def _split_for_replicas(self, batches: Batches) -> Batches:
+        """Split the largest batch in two (the first such, its shorter half staying in its place and the other going
+        last) until every replica gets the same number; nothing is duplicated."""
         needed = -len(batches) % self.num_replicas
         if not needed:
             return batches
-        heap = [(-len(batch), position) for position, batch in enumerate(batches)]
-        heapq.heapify(heap)
+        starts, ends = list(batches.starts), list(batches.ends)  # one entry per batch; a few splits
+        sizes = batches.sizes
         for _ in range(needed):
-            size, position = heapq.heappop(heap)
-            if -size < 2:
+            position = int(np.argmax(sizes))
+            if sizes[position] < 2:
                 raise ValueError(
-                    f"cannot give {self.num_replicas} processes the same number of batches: the {len(batches)} "
-                    f"batches hold one pair each ({sum(map(len, batches))} pairs) and cannot be split further"
+                    f"cannot give {self.num_replicas} processes the same number of batches: the {len(starts)} "
+                    f"batches hold one pair each ({int(sizes.sum())} pairs) and cannot be split further"
                 )
-            batch = batches[position]
-            half = len(batch) // 2
-            batches[position] = batch[:half]  # the shorter half: pairs are in length order
-            batches.append(batch[half:])
-            heapq.heappush(heap, (-len(batches[position]), position))
-            heapq.heappush(heap, (-len(batches[-1]), len(batches) - 1))
-        return batches
+            middle = starts[position] + int(sizes[position]) // 2  # the shorter half stays: pairs are in length order
+            starts.append(middle)
+            ends.append(ends[position])
+            ends[position] = middle
+            sizes = np.asarray(ends, dtype=np.int64) - np.asarray(starts, dtype=np.int64)
+        return Batches(batches.indices, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose batch order `__iter__` yields (same on every process)."""
@@ -197,7 +273,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if self.rank is not None:
             order = order[self.rank :: self.num_replicas]
         for position in order.tolist():
-            yield list(self.batches[position])
+            yield self.batches[position]
 
     def __len__(self) -> int:
         return len(self.batches) if self.rank is None else len(self.batches) // self.num_replicas

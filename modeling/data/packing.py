@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .batching import PairsOverBudgetError, TokenBudgetBatchSampler, pad_length
+from .batching import Batches, PairsOverBudgetError, TokenBudgetBatchSampler, pad_length
 
 # The multiple a row's length is rounded up to when `pad_to_multiple_of` is not given: tensor cores' and
 # vectorised kernels' preferred widths, at a cost of at most 7 tokens per row.
@@ -152,7 +152,7 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
             waiting = still_waiting
         return batches
 
-    def _split_for_replicas(self, batches: list[list[list[int]]]) -> list[list[int]]:
+    def _split_for_replicas(self, batches: list[list[list[int]]]) -> Batches:
         """Split the batches with the most pairs in two until every replica gets the same number, then flatten each
         batch row by row. A split moves whole rows (or, from a batch of one row, the row's later pairs), so that the
         collator's first-fit gives each part's pairs the rows they had."""
@@ -173,7 +173,7 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
                 )
             batches.append(moved)
         self.batch_rows = batches
-        return [[index for row in rows for index in row] for rows in batches]
+        return Batches.from_lists([[index for row in rows for index in row] for rows in batches])
 
 
 def packing_stats(sampler: PackedBatchSampler) -> dict[str, int | float]:

@@ -115,6 +115,13 @@ def validate_arguments(
         raise ConfigurationError(
             "give either --data_dir (a local corpus) or --dataset_name (a datasets name), not both"
         )
+    if training_args.save_on_each_node and training_args.world_size > 1:
+        # transformers 5's save_pretrained writes a model's files on rank 0 only, whatever the Trainer asks
+        raise ConfigurationError(
+            "--save_on_each_node is not supported: transformers writes a model's weights from rank 0 only, so the "
+            "other machines' folders would hold checkpoints without weights; give every machine one shared folder "
+            "(a network file system) as --output_dir"
+        )
     if data_args.data_dir is not None and not Path(data_args.data_dir).exists():
         raise ConfigurationError(
             f"--data_dir {data_args.data_dir} does not exist (from {Path.cwd()}); get Multi30k into data/multi30k "
@@ -139,6 +146,9 @@ def validate_arguments(
     config = model_config(model_args, data_args, tokenizer)
     if data_args.max_length < 1:
         raise ConfigurationError(f"--max_length must be >= 1 token, got {data_args.max_length}")
+    if data_args.preprocessing_num_workers is not None and data_args.preprocessing_num_workers < 1:
+        raise ConfigurationError(
+            f"--preprocessing_num_workers must be at least 1 process, got {data_args.preprocessing_num_workers}")
     if data_args.max_length + 1 > config.max_position_embeddings:
         raise ConfigurationError(
             f"--max_length {data_args.max_length} (+1 for the decoder start token) exceeds the "

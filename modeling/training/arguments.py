@@ -15,6 +15,7 @@ import signal
 import sys
 import warnings
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 from transformers import Seq2SeqTrainingArguments, get_scheduler
@@ -148,6 +149,11 @@ class DataArguments:
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained here."})
     max_length: int = field(
         default=128, metadata={"help": "Pairs with a side longer than this many tokens are removed (and counted)."}
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={"help": "Processes that tokenize the corpus (datasets' map with num_proc; default: the training "
+                  "process alone). Each writes its share to the datasets cache, as one process does."},
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
@@ -297,6 +303,14 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
     ddp_find_unused_parameters: bool | None = field(
         default=False, metadata={"help": "Every parameter gets a gradient, so DDP need not search for unused ones."}
     )
+    ddp_timeout: int = field(
+        default=600,
+        metadata={
+            "help": "Seconds a collective of several processes waits for the others (transformers' default: 1800): a "
+            "process that stops answering without dying (a frozen machine) stops the run after this long, with a "
+            "line naming it. Waits for the first process's data preparation and final writes are not bound by it."
+        },
+    )
     cpu_threads: int | None = field(
         default=None,
         metadata={
@@ -331,6 +345,17 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
         metadata={"help": "Train in fp16 mixed precision, GPU only (true) or not (false); unset: see "
                   "--auto_mixed_precision."},
     )
+
+    def _start_cpu_process_group(self) -> None:
+        """Several processes on CPUs: start gloo's process group with --ddp_timeout. transformers hands the timeout to
+        accelerate for GPUs only, and on CPUs a collective then waited torch's default of 30 minutes for a process
+        that stopped answering, whatever --ddp_timeout said; accelerate uses a group that already exists."""
+        several = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "MASTER_ADDR" in os.environ
+        if not (self.use_cpu and several and torch.distributed.is_available()) or torch.distributed.is_initialized():
+            return
+        if self.ddp_backend not in (None, "gloo"):
+            return  # ccl, mpi: accelerate's to start
+        torch.distributed.init_process_group("gloo", timeout=timedelta(seconds=self.ddp_timeout))
 
     def __post_init__(self):
         if not self.predict_with_generate:
@@ -420,6 +445,9 @@ class TransformerTrainingArguments(Seq2SeqTrainingArguments):
             )
         automatic = self.auto_mixed_precision and has_gpu and not self.use_cpu
         self.bf16, self.fp16 = mixed_precision(self.bf16, self.fp16, launcher_precision, automatic)
+        if not (isinstance(self.ddp_timeout, int) and self.ddp_timeout > 0):
+            raise ValueError(f"--ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}.")
+        self._start_cpu_process_group()
         if schedule == NOAM:  # not one of transformers' names: it checks a schedule that needs nothing instead
             self.lr_scheduler_type = SchedulerType.CONSTANT
         super().__post_init__()

@@ -180,8 +180,9 @@ class EpochBatches(RecordedInCheckpoints):
     @classmethod
     def of(cls, train_dataset, args: TransformerTrainingArguments) -> "EpochBatches":
         digest = hashlib.sha256()
-        for lengths in token_lengths(train_dataset):
-            digest.update(lengths.astype("<i8").tobytes())
+        for lengths in token_lengths(train_dataset):  # as int64, a million at a time: no copy of the whole column
+            for start in range(0, len(lengths), 2**20):
+                digest.update(lengths[start:start + 2**20].astype("<i8").tobytes())
         settings = {
             "training pairs": digest.hexdigest(),
             "seed": args.data_seed if args.data_seed is not None else args.seed,

@@ -153,12 +153,21 @@ def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
     """Why a Trainer checkpoint folder cannot be resumed from (None if it can). The Trainer writes the weights first
     and `trainer_state.json` last, so a save cut short (kill -9, a full disk) lacks the state or has a short file.
     A checkpoint lacking one of its training states is refused too: the Trainer would silently start that state
-    afresh (without `scheduler.pt` it loads no optimizer state either, and the schedule's warmup restarts)."""
+    afresh (without `scheduler.pt` it loads no optimizer state either, and the schedule's warmup restarts).
+
+    Saved by several processes, it must hold the random generators' state of each (`rng_state_<rank>.pth`, which
+    each process writes itself, the last perhaps after the first process's trainer_state.json; the processes are
+    those of the run that saved it, its `EpochBatches` record)."""
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         return "not a folder" if checkpoint.exists() else "no such folder"
     if (problem := _json_object_problem(checkpoint / TRAINER_STATE_NAME)) is not None:
         return f"{problem} (its save did not finish)"
+    processes = callback_record(json_object(checkpoint / TRAINER_STATE_NAME), "EpochBatches").get(
+        "settings", {}).get("processes")
+    ranks = range(processes) if isinstance(processes, int) and processes > 1 else ()
+    if lacking := [f"rng_state_{rank}.pth" for rank in ranks if not (checkpoint / f"rng_state_{rank}.pth").is_file()]:
+        return f"no {', '.join(lacking)} (a process's random generators' state): its save did not finish"
     entries = sorted(checkpoint.iterdir())  # read once for both checks below
     missing = [f"{name} ({what})" for prefix, name, what in RESUMED_STATES
                if not any(entry.name.startswith(prefix) for entry in entries)]

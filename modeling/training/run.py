@@ -16,6 +16,7 @@ import logging
 import os
 import shlex
 import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,9 @@ from .callbacks import (
 )
 from .checkpoints import (
     TRAINER_STATE_NAME,
+    checkpoint_problem,
     checkpoint_step,
+    list_checkpoints,
 )
 from .run_lock import RUN_LOCK_NAME, RunLock
 from .run_safety import (
@@ -63,6 +66,15 @@ from .run_safety import (
 )
 from .schedule import schedule_description
 from .trainer import TokenIdsChecked, TransformerSeq2SeqTrainer, token_budget_sampler
+from .world import (
+    Heartbeats,
+    ProcessLost,
+    World,
+    lost_peer_error_in,
+    lost_process_message,
+    wait_for_the_others,
+    waiting_group,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -254,14 +266,47 @@ def stop_after_signal(trainer, stop, command: str) -> None:
 
 class RefusedByAnotherProcess(ConfigurationError):
     """The refusal another process of the run made and printed; this process stops with it, without printing it
-    again."""
+    again, unless `report_here`: it is its machine's first process and no process of its machine refused, so that
+    every machine's log says why the run stopped."""
+
+    def __init__(self, message: str, report_here: bool = False):
+        super().__init__(message)
+        self.report_here = report_here
+
+
+def stop_with_every_refusal(training_args, refusal: ConfigurationError | None) -> None:
+    """Every process's refusal, gathered (a barrier too): this process's own raised, else another's as
+    `RefusedByAnotherProcess`; nothing where none refused."""
+    world = World.from_environment()
+    refusals = [None] * training_args.world_size
+    torch.distributed.all_gather_object(refusals, None if refusal is None else str(refusal), group=waiting_group())
+    if refusal is not None:
+        raise refusal
+    refused = [(rank, text) for rank, text in enumerate(refusals) if text is not None]
+    if refused:
+        machines = {world.machine_of(rank) for rank, _ in refused}
+        raise RefusedByAnotherProcess(refused[0][1], report_here=world.local_rank == 0
+                                      and world.machine not in machines)
+
+
+def on_every_process(training_args, work):
+    """`work()` on every process at once; a `ConfigurationError` on any stops all (`stop_with_every_refusal`)."""
+    if training_args.world_size <= 1:
+        return work()
+    result, refusal = None, None
+    try:
+        result = work()
+    except ConfigurationError as error:
+        refusal = error
+    stop_with_every_refusal(training_args, refusal)
+    return result
 
 
 def first_process_then_others(training_args, first: bool, work):
-    """`work()` on the first process (`first`; one per node where the nodes do not share output_dir), then on the
-    others, which read what it wrote. A `ConfigurationError` raised by any process stops every process, the others
-    with `RefusedByAnotherProcess`: the others no longer go on alone (reading an earlier run's tokenizer from a
-    folder the first refused) into training, to fail there with a traceback."""
+    """`work()` on the first process (`first`), then on the others, which read what it wrote. A `ConfigurationError` raised by any process stops every process, the others with
+    `RefusedByAnotherProcess`: the others no longer go on alone (reading an earlier run's tokenizer from a folder the
+    first refused) into training, to fail there with a traceback. The others wait in `waiting_group`, as long as the
+    first one's preparation takes (a process that dies ends the wait at once)."""
     if training_args.world_size <= 1:
         return work()
     result = None
@@ -272,24 +317,46 @@ def first_process_then_others(training_args, first: bool, work):
                 result = work()
             except ConfigurationError as error:
                 refusal = error
-        refusals = [None] * training_args.world_size  # all_gather_object is also each turn's barrier
-        torch.distributed.all_gather_object(refusals, None if refusal is None else str(refusal))
-        if refusal is not None:
-            raise refusal
-        if (message := next((text for text in refusals if text is not None), None)) is not None:
-            raise RefusedByAnotherProcess(message)
+        stop_with_every_refusal(training_args, refusal)  # also each turn's barrier
     return result
 
 
-def launch_command(argv: Sequence[str], world_size: int, distributed_type: str) -> str:
+def shared_run_token(world_size: int) -> str | None:
+    """One random name for the run, the same on every process (None for one process): the first process writes it
+    into output_dir's lock file, where the others look for it (`refuse_unshared_output_dir`)."""
+    if world_size <= 1:
+        return None
+    token = [uuid.uuid4().hex[:16]]
+    torch.distributed.broadcast_object_list(token, src=0, group=waiting_group())
+    return token[0]
+
+
+def refuse_unshared_output_dir(output_dir: Path, run_token: str, world: World) -> None:
+    """Refuse to go on where this process's output_dir does not hold the lock file the first process wrote (with
+    the run's token): the machines do not share the folder, and this machine's processes would find no tokenizer
+    there and save their part of each checkpoint where rank 0 never looks."""
+    found = RunLock.run_token(output_dir, run_token)
+    if found == run_token:
+        return
+    seen = "holds another run's lock file" if found else "holds no lock file of this run"
+    raise ConfigurationError(
+        f"--output_dir {output_dir} on machine {world.machine} is not the folder rank 0 (machine 0) writes into (it "
+        f"{seen}): the machines must share the output folder; give every machine one shared folder (a network file "
+        "system) as --output_dir"
+    )
+
+
+def launch_command(argv: Sequence[str], world_size: int, distributed_type: str, machines: int = 1) -> str:
     """The command line of this run, for the model card: accelerate's flags as its launcher hands them to the script
-    (the environment) where they change the run, i.e. the processes and mixed precision (accelerate's config file, if
-    any, is not visible here)."""
+    (the environment) where they change the run, i.e. the machines, the processes and mixed precision (accelerate's
+    config file, if any, is not visible here; each machine's rank and the first one's address differ by machine,
+    and are left out)."""
     launcher = "accelerate launch"
+    machines_flag = f" --num_machines {machines}" if machines > 1 else ""
     if distributed_type == "FSDP":
-        launcher += f" --use_fsdp --num_processes {world_size}"
+        launcher += f" --use_fsdp{machines_flag} --num_processes {world_size}"
     elif world_size > 1:
-        launcher += f" --multi_gpu --num_processes {world_size}"
+        launcher += f" --multi_gpu{machines_flag} --num_processes {world_size}"
     if (precision := os.environ.get("ACCELERATE_MIXED_PRECISION", "no")) != "no":
         launcher += f" --mixed_precision {precision}"
     return f"{launcher} scripts/train.py {shlex.join(argv)}".strip()
@@ -319,7 +386,10 @@ def setup_training(
     anything is written into output_dir.
     """
     config = validate_arguments(model_args, data_args, training_args)
-    checkpoint = resolve_checkpoint(training_args)
+    world = World.from_environment()
+    if world.processes > 1 and world.local_rank == 0:
+        print(f"World: {world.description}", flush=True)
+    checkpoint = on_every_process(training_args, lambda: resolve_checkpoint(training_args))
     resuming = checkpoint is not None
     finishing = resuming and refuse_finished_run(checkpoint, training_args)
     if resuming:
@@ -348,13 +418,16 @@ def setup_training(
     if not has_validation:
         training_args.load_best_model_at_end = False
 
-    # The first process (on each node, when the nodes do not share output_dir) trains the tokenizer and checks the
-    # data, and only then writes into output_dir; the others follow with the tokenizer it saved.
-    output_dir, per_node = Path(training_args.output_dir), training_args.save_on_each_node
-    first = (training_args.local_process_index if per_node else training_args.process_index) == 0
+    # The first process trains the tokenizer and checks the data, and only then writes into output_dir; the others
+    # follow with the tokenizer it saved, once they found its lock file in their output_dir (the machines share it).
+    output_dir = Path(training_args.output_dir)
+    first = training_args.process_index == 0
+    run_token = shared_run_token(training_args.world_size)
     locks = []  # the run lock, once the first process holds it
 
     def prepare():
+        if not first:
+            refuse_unshared_output_dir(output_dir, run_token, world)
         tokenizer = get_tokenizer(
             data_args, corpus, checkpoint, config.max_position_embeddings - 1, train_here=first,
             tokenizer_dir=output_dir,
@@ -364,7 +437,8 @@ def setup_training(
                 f"--resume_from_checkpoint {checkpoint} holds separate source/target tokenizers, which "
                 "scripts/train.py does not support"
             )
-        kept, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length)
+        kept, tokenized, filter_report = prepare_pairs(corpus, tokenizer, max_length=data_args.max_length,
+                                                       num_proc=data_args.preprocessing_num_workers)
         for split, report in filter_report.items():  # "total": the pairs filtered, after any --max_*_samples cut
             report["in_corpus"] = corpus_sizes[split]
         for split in kept:
@@ -380,7 +454,7 @@ def setup_training(
             check_token_budget(tokenized["train"], training_args, kept["train"])
         if first:  # every check passed: now the run may write, once no other run writes into output_dir
             run_lock = RunLock(output_dir)
-            run_lock.acquire()
+            run_lock.acquire(run_token)
             locks.append(run_lock)
             replacing = training_args.overwrite_output_dir and not continues_in_place(training_args, checkpoint)
             if replacing and output_dir.is_dir():
@@ -447,8 +521,37 @@ def train(
     """Train, evaluate the saved model on validation and test, write the model folder with its card, optionally push.
 
     Returns the final metrics ({"eval_bleu": ..., "test_exact_match": ..., ...}).
+
+    On several processes, a collective that fails because another process died or stopped answering raises
+    `ProcessLost`, whose one line names the lost process and the checkpoint to resume from, after removing this
+    process's part of a checkpoint whose save the loss cut short.
     """
+    world = World.from_environment()
+    heartbeats = Heartbeats(world).start()
+    built = []  # the run's setup, once made
+    try:
+        return _train(model_args, data_args, training_args, config_path, argv, built)
+    except Exception as error:
+        if world.processes <= 1 or (cause := lost_peer_error_in(error)) is None:
+            raise
+        trainer = built[0].trainer if built else None
+        step = trainer.state.global_step if trainer is not None else None
+        output_dir = Path(training_args.output_dir)
+        if step is not None:  # the save the loss cut short: removed, never resumed from
+            cut_short = output_dir / f"checkpoint-{step}"
+            if cut_short.is_dir() and checkpoint_problem(cut_short) is not None:
+                shutil.rmtree(cut_short, ignore_errors=True)
+        newest = next((str(path) for path in reversed(list_checkpoints(output_dir) if output_dir.is_dir() else [])
+                       if checkpoint_problem(path) is None), None)
+        raise ProcessLost(lost_process_message(world, heartbeats.lost(), cause, step, training_args.ddp_timeout,
+                                               newest)) from error
+    finally:
+        heartbeats.stop()
+
+
+def _train(model_args, data_args, training_args, config_path, argv, built: list) -> dict:
     setup = setup_training(model_args, data_args, training_args)
+    built.append(setup)
     try:
         trainer, tokenizer, corpus, tokenized = setup.trainer, setup.tokenizer, setup.corpus, setup.tokenized
         if trainer.is_world_process_zero():
@@ -465,7 +568,8 @@ def train(
             print(f"Finishing the run from {setup.checkpoint}, its last step: its final model, evaluations and card, "
                   "without training" if setup.finishing else
                   f"Resuming from {setup.checkpoint} at step {checkpoint_step(Path(setup.checkpoint))}")
-        command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value)
+        command = launch_command(argv, training_args.world_size, trainer.accelerator.distributed_type.value,
+                                 World.from_environment().machines)
         launches = LaunchHistory.from_checkpoint(setup.checkpoint, command)
         trainer.add_callback(launches)  # each checkpoint records the run's launches up to it
         if setup.finishing:
@@ -521,6 +625,7 @@ def train(
                     private=training_args.hub_private_repo, revision=training_args.hub_revision,
                 )
                 print(f"Pushed {training_args.output_dir} to https://huggingface.co/{training_args.hub_model_id}")
+        wait_for_the_others()  # the others end with the first, not in the launcher's wait of 5 minutes at most
         return metrics
     finally:
         if setup.run_lock is not None:

@@ -8,11 +8,17 @@ into the same folder is refused before it writes anything: for instance one resu
 same checkpoints at the same time. The file stays after the run (removing it while another run may be opening it
 would let two runs lock two files), and it marks the folder as one a training run wrote into (`holds_run`), even one
 stopped before it saved anything else. Where `fcntl` does not exist (Windows) nothing is locked.
+
+A run of several processes also writes its machine's name and the run's token (one random name every process of
+the run shares) on a second line: a process on another machine that does not find that token in its own
+`--output_dir` knows that the machines do not share the folder (`run_token`).
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 try:
@@ -33,7 +39,8 @@ class RunLock:
         self.path = Path(output_dir) / RUN_LOCK_NAME
         self._file = None
 
-    def acquire(self) -> None:
+    def acquire(self, run_token: str | None = None) -> None:
+        """Take the lock; `run_token`, in a run of several processes, is written after this process's id."""
         if self._file is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,17 +52,36 @@ class RunLock:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock_file.seek(0)
-            holder = lock_file.read().strip() or "unknown"
+            lines = lock_file.read().split("\n")
             lock_file.close()
+            holder, host = lines[0].strip() or "unknown", (lines[1].split() or [None])[0] if len(lines) > 1 else None
+            where = f" on {host}" if host and host != socket.gethostname() else ""
             raise ConfigurationError(
-                f"--output_dir {self.path.parent} is in use: another training process (pid {holder}) is writing into "
-                "it; wait for it to end or stop it (kill its process group: killing `accelerate launch` alone leaves "
-                "the training process running)"
+                f"--output_dir {self.path.parent} is in use: another training process (pid {holder}{where}) is "
+                "writing into it; wait for it to end or stop it (kill its process group: killing `accelerate launch` "
+                "alone leaves the training process running)"
             ) from None
         lock_file.truncate(0)
-        lock_file.write(f"{os.getpid()}\n")
+        lock_file.write(f"{os.getpid()}\n" + (f"{socket.gethostname()} {run_token}\n" if run_token else ""))
         lock_file.flush()
+        os.fsync(lock_file.fileno())  # on a shared file system, for the other machines' `run_token`
         self._file = lock_file
+
+    @staticmethod
+    def run_token(output_dir: str | os.PathLike, expected: str, wait_seconds: float = 5.0) -> str | None:
+        """The run token in `output_dir`'s lock file, waiting up to `wait_seconds` for `expected` to appear there
+        (a shared file system may show another machine's write late); None where there is no lock file or token."""
+        path = Path(output_dir) / RUN_LOCK_NAME
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                lines = path.read_text(encoding="utf-8").split("\n")
+            except OSError:
+                lines = []
+            token = lines[1].split()[1] if len(lines) > 1 and len(lines[1].split()) == 2 else None
+            if token == expected or time.monotonic() >= deadline:
+                return token
+            time.sleep(0.2)
 
     def release(self) -> None:
         if self._file is None:

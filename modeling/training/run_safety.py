@@ -60,8 +60,8 @@ RUN_FILE_PATTERNS = (
 
 def resolve_checkpoint(training_args) -> str | None:
     """`--resume_from_checkpoint` as a path: a checkpoint folder, or 'last'/'true' for the newest complete one in
-    output_dir. Checkpoints whose save was cut short (no trainer_state.json, a truncated weights file) are skipped
-    with a warning naming them; an explicit one is refused."""
+    output_dir. Checkpoints whose save was cut short (no trainer_state.json, a truncated weights file, a process's
+    random state missing) are skipped with a warning naming them; an explicit one is refused."""
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none"):
         return None

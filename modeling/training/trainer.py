@@ -28,6 +28,7 @@ from ..input_checks import check_token_ids
 from .arguments import TransformerTrainingArguments
 from .callbacks import StopSignals, _SetSamplerEpoch
 from .schedule import NOAM, get_noam_schedule
+from .world import World, lost_peer_error_in
 
 
 def token_budget_sampler(dataset, args: TransformerTrainingArguments) -> TokenBudgetBatchSampler:
@@ -113,7 +114,8 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
     def run_description(self) -> str:
         """How this run computes, in a user's words, e.g. "2 processes on the CPU (DDP, fp32, 1 thread each)"."""
         return describe_run(self.args.world_size, self.args.device.type, self.accelerator.distributed_type.value,
-                            self.precision, torch.get_num_threads() if self.args.use_cpu else None)
+                            self.precision, torch.get_num_threads() if self.args.use_cpu else None,
+                            World.from_environment().machines)
 
     @property
     def stop_signals(self) -> StopSignals | None:
@@ -129,7 +131,8 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
           rotates any, so the folder keeps the checkpoints of an uninterrupted run (`StopSignals`);
         - a save that fails (a full disk, a failing write) raises `CheckpointSaveError`, one line naming the folder
           and the error, after removing what it wrote: the earlier checkpoints are left as they were, and
-          `--resume_from_checkpoint last` takes the newest of them."""
+          `--resume_from_checkpoint last` takes the newest of them; one that fails because another process was
+          lost raises that failure, which the run reports (`ProcessLost`)."""
         stop = self.stop_signals
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if stop is not None and stop.resumed_stop is not None and self.args.should_save:
@@ -143,6 +146,8 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         except Exception as error:
             if self.args.should_save and not existed and folder.is_dir():
                 shutil.rmtree(folder, ignore_errors=True)
+            if lost_peer_error_in(error) is not None:  # another process was lost during the save: the run says so
+                raise
             raise CheckpointSaveError(
                 f"saving {folder} failed ({type(error).__name__}: {' '.join(str(error).split())}); the run stopped "
                 "there, its earlier checkpoints as they were: make room, then resume with --resume_from_checkpoint "
