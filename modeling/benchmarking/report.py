@@ -103,10 +103,9 @@ def format_table(results: dict) -> str:
         cached, cached_stages = data["pipeline_cached"], data["pipeline_cached"]["stage_seconds"]
         rows.append(("data", "", "the same, again on the cache it left: s",
                      f"{cached['seconds']:,.1f} = " + " + ".join(f"{s:,.1f}" for s in cached_stages.values()), "", ""))
-        for key, name in (("first_step", "launch"), ("first_step_cached", "second launch (cached)")):
-            if data.get(key) is not None:
-                rows.append(("data", "", f"{name} to setup done / first step s",
-                             f"{data[key]['setup_seconds']:,.1f} / {data[key]['first_step_seconds']:,.1f}", "", ""))
+        if (launch := data.get("first_step_cached")) is not None:
+            rows.append(("data", "", "launch on that cache to setup done / first step s",
+                         f"{launch['setup_seconds']:,.1f} / {launch['first_step_seconds']:,.1f}", "", ""))
     if len(rows) > 1:  # a run of other sections only (--only compile, ctranslate2) has no row of its own here
         lines.extend(_aligned(rows))
     lines.extend(_compile_table(results.get("compile")))

@@ -192,14 +192,13 @@ def performance_cpu_data(benchmarks: Benchmarks) -> str:
             f"{data['corpus']['pairs']:,}", f"{_seconds(pipeline['seconds'])} ({stages})",
             _seconds(sum(per_million.values())) if per_million else "—", private,
             _mib(pipeline["peak_rss_bytes"]), _seconds(cached["seconds"]),
-            f"{_seconds(data['first_step']['setup_seconds'])} / {_seconds(data['first_step']['first_step_seconds'])}",
             f"{_seconds(launch['setup_seconds'])} / {_seconds(launch['first_step_seconds'])}"
             + (f" ({_mib(launch['peak_private_bytes'])} MiB)" if "peak_private_bytes" in launch else ""),
         ))
     header = ("synthetic pairs", "load + prepare + index, s", "s per million pairs", "peak private memory, MiB",
               "peak RSS, MiB", "the same on the cache it left, s",
-              "`accelerate launch scripts/train.py`: setup done / first step, s",
-              "a second launch (cached): s (its peak private memory)")
+              "`accelerate launch scripts/train.py` on that cache: setup done / first step, s (its peak private "
+              "memory)")
     method = ("Private memory: the anonymous memory of the pipeline's process and its workers (their heap and arrays), "
               "which a corpus larger than memory must keep small; RSS also counts the memory-mapped Arrow files' "
               "pages as they are read, which the kernel drops as memory runs short.")
