@@ -755,3 +755,53 @@ def test_a_trained_model_folder_decodes_alike_in_the_walk_s_model(page, tmp_path
     lines = printed.getvalue().splitlines()
     assert lines[1] == f"Source:       {demo.EXAMPLE_PAIRS[0][0]}" and lines[2] == f"Target:       {demo.EXAMPLE_PAIRS[0][1]}"
     assert sum(line.startswith("Model Output: ") for line in lines) == 3
+
+
+def _table3_files(folder, base_bleus, rows):
+    """A results file of `base_bleus` (one per base seed) and `rows` ({row: validation BLEU}), summarised as
+    scripts/table3.py does, and a copy of the paper's rows, in `folder/benchmarks`."""
+    from modeling.benchmarking.table3 import summarise
+
+    benchmarks = folder / "benchmarks"
+    benchmarks.mkdir()
+    runs = {f"base-seed{seed}": {"row": "base", "description": "base", "validation": {"bleu": bleu, "perplexity": 9.0},
+                                 "test": {"bleu": bleu}} for seed, bleu in enumerate(base_bleus)}
+    runs.update({name: {"row": name, "description": f"ours {name}", "validation": {"bleu": bleu, "perplexity": 9.5},
+                        "test": {"bleu": bleu}} for name, bleu in rows.items()})
+    results = {"rows_file": "no-such-rows.yaml", "planned_runs": 21, "runs": runs, "summary": summarise(runs)}
+    (benchmarks / "results-table3-cpu.json").write_text(json.dumps(results))
+    shutil.copy(REPOSITORY / "benchmarks" / "paper-table3.json", benchmarks)
+    return benchmarks
+
+
+def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
+    from modeling.learning import table3
+    from modeling.learning.figures import table3_figure
+
+    committed = table3.load_table3()  # the repository's own runs
+    results = json.loads((REPOSITORY / "benchmarks" / "results-table3-cpu.json").read_text())
+    assert committed.measured_runs == len(results["runs"]) and committed.planned_runs == results["planned_runs"]
+    for row in committed.rows:
+        measured = [name for name, run in results["runs"].items() if run["row"] == row.name]
+        assert (row.bleu_difference is None) == (not measured), row.name
+    assert [row.name for row in committed.rows] == list(
+        json.loads((REPOSITORY / "benchmarks" / "paper-table3.json").read_text())["rows"])
+
+    measured = table3.load_table3(_table3_files(tmp_path, [30.0, 30.6, 30.3], {"A-heads-1": 29.0, "B-d_k-8": 30.1}))
+    rows = {row.name: row for row in measured.rows}
+    assert measured.base_bleu == pytest.approx(30.3) and measured.bleu_spread == pytest.approx(0.6)
+    assert rows["A-heads-1"].bleu_difference == pytest.approx(-1.3) and rows["A-heads-1"].bleu_tie is False
+    assert rows["B-d_k-8"].bleu_difference == pytest.approx(-0.2) and rows["B-d_k-8"].bleu_tie is True
+    assert rows["A-heads-1"].paper_bleu_difference == pytest.approx(24.9 - 25.8)  # the paper's h 1 row
+    assert rows["A-heads-2"].bleu_difference is None and rows["A-heads-1"].setting == "ours A-heads-1"
+    lines = "\n".join(table3.table3_lines(measured))
+    assert "ours -1.30 " in lines and "ours -0.20 (tie)" in lines and "not measured yet" in lines
+
+    drawn = figure_data(table3_figure(measured))
+    heads = drawn["axes"][0]["patches"]  # the seeds' band (x, y, width, height), then our bars, then the paper's
+    assert heads[0]["rectangle"]["values"][1::2] == pytest.approx([-0.6, 1.2])
+    assert heads[1]["rectangle"]["values"][3] == pytest.approx(-1.3)  # ours, h 1
+    assert heads[5]["rectangle"]["values"][3] == pytest.approx(-0.9)  # the paper's, h 1
+    assert "5 of 21 runs measured" in drawn["suptitle"]
+    with pytest.raises(FileNotFoundError):
+        table3.load_table3(tmp_path)  # no results file there

@@ -19,6 +19,7 @@ from ..inference.attention_plots import require_matplotlib
 from ..modeling_annotated_transformer import sinusoidal_positional_encoding
 from ..tokenization import SPECIAL_TOKENS
 from . import demonstrations as demo
+from . import table3
 
 DPI = 100
 PANEL = (5.0, 3.6)  # inches per panel: 500 x 360 pixels at DPI
@@ -382,6 +383,41 @@ def copy_task_attention_figure(result: demo.CopyAttention | None = None):
     )
 
 
+TABLE3_PANELS = {"A": "(A) heads, at constant computation", "B": "(B) a smaller key size d_k",
+                 "E": "(E) learned positions"}
+
+
+def table3_figure(table: table3.Table3 | None = None, groups: Sequence[str] = tuple(TABLE3_PANELS)):
+    """Table 3's rows of `groups` (`table3.load_table3()` unless `table` is given): each row's difference in BLEU from
+    its base row, ours (validation, Multi30k) beside the paper's (dev, newstest2013), and the band of our base seeds'
+    spread, inside which a difference is a tie. Nothing is trained: the runs are the repository's measured ones."""
+    table = table3.load_table3() if table is None else table
+    figure, panels = _figure(len(groups), width=4.2, height=3.8)
+    limit = 1.0  # BLEU points either side of 0, at least
+    for axes, group in zip(panels, groups):
+        rows = table.group(group)
+        positions = np.arange(len(rows))
+        ours = np.array([np.nan if row.bleu_difference is None else row.bleu_difference for row in rows])
+        paper = np.array([np.nan if row.paper_bleu_difference is None else row.paper_bleu_difference for row in rows])
+        axes.axhspan(-table.bleu_spread, table.bleu_spread, color="lightgrey", label="our base seeds' spread (tie)")
+        axes.axhline(0, color="grey", linewidth=0.8)
+        axes.bar(positions - 0.18, ours, width=0.36, label="ours, validation")
+        axes.bar(positions + 0.18, paper, width=0.36, label="the paper, dev")
+        for position in positions[np.isnan(ours)]:
+            axes.text(position - 0.18, 0.5, "not measured yet", rotation=90, ha="center", va="center", fontsize=7,
+                      transform=axes.get_xaxis_transform())
+        axes.set_xticks(positions, [row.setting.replace(", ", "\n") for row in rows], fontsize=7)
+        axes.set_xlim(-0.7, max(len(rows), 2) - 0.3)
+        axes.set(title=TABLE3_PANELS.get(group, group), ylabel="BLEU minus the base row's")
+        limit = max(limit, table.bleu_spread, *np.abs(ours[~np.isnan(ours)]), *np.abs(paper[~np.isnan(paper)]))
+    for axes in panels:
+        axes.set_ylim(-1.15 * limit, 1.15 * limit)
+    panels[0].legend(fontsize=7, loc="best")
+    figure.suptitle(f"Table 3 at Multi30k's scale ({table.measured_runs} of {table.planned_runs} runs measured)",
+                    fontsize=10)
+    return figure
+
+
 FIGURES: dict[str, Callable] = {  # in the page's order
     "model_map": model_map_figure,
     "positional_encoding": positional_encoding_figure,
@@ -393,6 +429,7 @@ FIGURES: dict[str, Callable] = {  # in the page's order
     "noam_schedule": noam_schedule_figure,
     "label_smoothing": label_smoothing_figure,
     "copy_task_attention": copy_task_attention_figure,
+    "table3": table3_figure,
     "sublayer_connection": sublayer_connection_figure,  # the appendix
 }
 TRAINED = {"copy_task_attention"}  # the figures that train a model first (seconds, not a fraction of one)
@@ -430,6 +467,7 @@ __all__ = [
     "positional_encoding_figure",
     "relative_positions_figure",
     "sublayer_connection_figure",
+    "table3_figure",
     "token_budget_batches_figure",
     "token_names",
     "write_figures",
