@@ -795,7 +795,10 @@ def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
     assert rows["A-heads-1"].paper_bleu_difference == pytest.approx(24.9 - 25.8)  # the paper's h 1 row
     assert rows["A-heads-2"].bleu_difference is None and rows["A-heads-1"].setting == "ours A-heads-1"
     lines = "\n".join(table3.table3_lines(measured))
-    assert "ours -1.30 " in lines and "ours -0.20 (tie)" in lines and "not measured yet" in lines
+    assert "ours -1.30 " in lines and "not measured yet" in lines
+    assert "(h 1, d_k = d_v 512): same direction" in lines and "(d_k 16): tie" in lines
+    assert [table3.agreement(*case) for case in ((0.5, False, -0.4), (0.5, False, 0.0), (None, None, -0.4))] == [
+        "opposite direction", "paper: no change", ""]
 
     drawn = figure_data(table3_figure(measured))
     heads = drawn["axes"][0]["patches"]  # the seeds' band (x, y, width, height), then our bars, then the paper's

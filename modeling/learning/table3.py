@@ -50,6 +50,19 @@ class Table3:
         return [row for row in self.rows if row.group == name]
 
 
+def agreement(ours: float | None, tie: bool | None, paper: float | None) -> str:
+    """How a row's difference from its base row compares with the paper's: "tie" (ours inside the base seeds'
+    spread), "same direction" or "opposite direction"; "paper: no change" where the paper's row equals its base;
+    "" while ours is not measured."""
+    if ours is None or paper is None:
+        return ""
+    if tie:
+        return "tie"
+    if paper == 0:
+        return "paper: no change"
+    return "same direction" if (ours > 0) == (paper > 0) else "opposite direction"
+
+
 def benchmarks_folder(start: str | Path | None = None) -> Path:
     """The repository's benchmarks/ folder holding Table 3's results: beside the package's source (a clone), or in
     `start` (default: the current folder) or a folder above it."""
@@ -112,12 +125,13 @@ def table3_lines(table: Table3, groups=("A", "B", "E")) -> list[str]:
              f"{table.bleu_spread:.2f}" if table.base_bleu is not None else "base: not measured yet"]
     for group in groups:
         for row in table.group(group):
-            ours = ("not measured yet" if row.bleu_difference is None else
-                    f"{row.bleu_difference:+.2f}" + (" (tie)" if row.bleu_tie else ""))
+            ours = "not measured yet" if row.bleu_difference is None else f"{row.bleu_difference:+.2f}"
             paper = "—" if row.paper_bleu_difference is None else f"{row.paper_bleu_difference:+.1f}"
-            lines.append(f"({group}) {row.setting:<20} ours {ours:<16} paper {paper:<5} ({row.paper_setting})")
+            compared = agreement(row.bleu_difference, row.bleu_tie, row.paper_bleu_difference)
+            lines.append(f"({group}) {row.setting:<20} ours {ours:<16} paper {paper:<5} ({row.paper_setting})"
+                         + (f": {compared}" if compared else ""))
     return lines
 
 
-__all__ = ["BASE_ROW", "PAPER_FILE", "RESULTS_FILE", "Table3", "Table3Row", "benchmarks_folder", "load_table3",
-           "table3_lines"]
+__all__ = ["BASE_ROW", "PAPER_FILE", "RESULTS_FILE", "Table3", "Table3Row", "agreement", "benchmarks_folder",
+           "load_table3", "table3_lines"]

@@ -3,6 +3,8 @@ written by scripts/table3.py) beside the paper's own row (benchmarks/paper-table
 
 from __future__ import annotations
 
+from modeling.learning.table3 import agreement
+
 from .formats import Benchmarks, FiguresError, _block, _table, table
 
 RESULTS = "results-table3-cpu.json"
@@ -44,6 +46,7 @@ def table3(benchmarks: Benchmarks) -> str:
     rows = []
     for name, theirs in paper["rows"].items():
         measured = {key: run for key, run in runs.items() if run["row"] == name}
+        compared = ""  # our difference in BLEU against the paper's, for a measured row other than the base
         if name == "base" and measured:
             base = summary["base"]
             ours = (*(_mean(base[key], summary["base_runs"]) for key in ("validation_perplexity", "validation_bleu",
@@ -51,18 +54,21 @@ def table3(benchmarks: Benchmarks) -> str:
             parameters = next(iter(measured.values()))["parameters"]
         elif measured:
             (key, run), = measured.items()
+            bleu = differences.get(key, {}).get("validation_bleu")
             ours = (_figure(run["validation"]["perplexity"]), _figure(run["validation"]["bleu"]),
                     _figure(run["test"]["bleu"]), _difference(differences.get(key, {}).get("validation_perplexity")),
-                    _difference(differences.get(key, {}).get("validation_bleu")))
+                    _difference(bleu))
+            compared = agreement(bleu and bleu["difference"], bleu and bleu["tie"],
+                                 round(theirs["bleu"] - paper["rows"]["base"]["bleu"], 4))
             parameters = run["parameters"]
         else:
             ours, parameters = ("not measured yet", "", "", "", ""), None
         description = next((run["description"] for run in measured.values()), "")
         rows.append((f"`{name}`", description, _params(parameters), *ours, theirs["paper_row"], theirs["setting"],
                      _figure(theirs["ppl"]), _figure(theirs["bleu"], 1),
-                     "—" if theirs["params"] is None else f"{theirs['params']}M"))
+                     "—" if theirs["params"] is None else f"{theirs['params']}M", compared))
     header = ("row", "ours", "params", "PPL (val)", "BLEU (val)", "BLEU (test)", "Δ PPL", "Δ BLEU (val)", "paper",
-              "paper's setting", "PPL (dev)", "BLEU (dev)", "params")
+              "paper's setting", "PPL (dev)", "BLEU (dev)", "params", "Δ BLEU against the paper's")
     environments = [run["environment"] for run in runs.values()]
     if environments:
         environment = environments[0]
