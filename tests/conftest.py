@@ -14,6 +14,16 @@ MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR") or Path(__file__).resolve().p
 datasets.disable_progress_bars()
 
 
+def pytest_configure(config):
+    """In each of pytest-xdist's test processes (`-n`), one thread for torch and for the processes tests start: the
+    test processes share the cores, and two torch pools on the same cores slow each other down several times."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 class TrainedTokenizer(NamedTuple):
     tokenizer: object
     seconds: float
