@@ -64,14 +64,14 @@ def agreement(ours: float | None, tie: bool | None, paper: float | None) -> str:
 
 
 def benchmarks_folder(start: str | Path | None = None) -> Path:
-    """The repository's benchmarks/ folder holding Table 3's results: beside the package's source (a clone), or in
-    `start` (default: the current folder) or a folder above it."""
+    """The repository's benchmarks/ folder holding Table 3's results, in `start` (default: the current folder) or a
+    folder above it; the walk starts from `modeling.__file__`, which is in the clone it runs from."""
     here = Path(start or Path.cwd()).resolve()
-    for folder in (Path(__file__).resolve().parents[2], here, *here.parents):
+    for folder in (here, *here.parents):
         if (folder / "benchmarks" / RESULTS_FILE).is_file():
             return folder / "benchmarks"
-    raise FileNotFoundError(f"benchmarks/{RESULTS_FILE} is not beside the package nor in {here} or above it: run "
-                            "the walk in a clone of the repository")
+    raise FileNotFoundError(f"benchmarks/{RESULTS_FILE} is not in {here} or a folder above it: run the walk in a "
+                            "clone of the repository")
 
 
 def _difference(value: float | None, base: float | None) -> float | None:
