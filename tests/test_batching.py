@@ -6,6 +6,7 @@ import torch
 from accelerate.data_loader import BatchSamplerShard
 from transformers import DataCollatorForSeq2Seq
 
+from modeling.data import batching
 from modeling.data.batching import TokenBudgetBatchSampler, batch_cost, pad_length, padding_stats, token_lengths
 from modeling.data.corpus import synthetic_task_dataset, tokenize_pairs
 from modeling.data.packing import PackedBatchSampler
@@ -174,3 +175,29 @@ def test_a_sampler_holds_about_12_bytes_a_pair_and_no_python_object_per_pair():
             + batches.starts.nbytes + batches.ends.nbytes)
     assert held / len(source) < 13 and batches.indices.dtype == np.int32
     assert isinstance(batches[0], list) and len(batches[:3]) == 3 and sum(map(len, batches)) == len(source)
+
+
+@pytest.mark.parametrize("spread", ["narrow", "too many length pairs for a table"])
+def test_the_length_order_is_lexsorts_stable_order_a_chunk_at_a_time(monkeypatch, spread):
+    """The counting sort places pairs across chunk boundaries as one stable sort does, ties in the order given; and
+    the shuffled tie break is `rng.permutation`'s, so the batches are those samplers made before it."""
+    monkeypatch.setattr(batching, "SORTED_AT_A_TIME", 1000)
+    rng = np.random.default_rng(5)
+    high = 40 if spread == "narrow" else 5000
+    source, target = (rng.integers(0, high, 7777).astype(np.int32) for _ in range(2))
+    pairs = rng.permutation(7777).astype(np.int32)
+    order = batching.length_order(source, target, pairs)
+    assert order.dtype == np.int32 and np.array_equal(order, pairs[np.lexsort((target[pairs], source[pairs]))])
+    sampler = TokenBudgetBatchSampler(source + 1, target + 1, 20000, seed=4)
+    tie_break = np.random.default_rng([4, 2**32 - 1]).permutation(7777)
+    assert np.array_equal(sampler.batches.indices, tie_break[np.lexsort((target[tie_break], source[tie_break]))])
+
+
+def test_int32_lengths_are_kept_not_copied_and_padding_leaves_them_as_given():
+    source, target = (lengths.astype(np.int32) for lengths in random_lengths(1000, seed=6))
+    given = source.copy()
+    sampler = TokenBudgetBatchSampler(source, target, 2048)
+    assert np.shares_memory(sampler.padded_source_lengths, source)
+    assert not sampler.padded_source_lengths.flags.writeable
+    padded = TokenBudgetBatchSampler(source, target, 2048, pad_to_multiple_of=8)
+    assert np.array_equal(source, given) and np.array_equal(padded.padded_source_lengths, pad_length(source, 8))

@@ -4,12 +4,15 @@ import gzip
 import json
 import logging
 import os
+from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 from transformers import AutoTokenizer
 
+from modeling.data import corpus as corpus_module
 from modeling.data.corpus import (
     filter_pairs,
     load_parallel_corpus,
@@ -486,3 +489,49 @@ def test_tokens_are_neither_cut_nor_padded_by_the_tokenizers_saved_or_last_setti
     assert report["train"]["too_long"] == 1
     short = tokenizer(["kurz"])["input_ids"]
     assert tokenized["train"]["input_ids"][:] == short and tokenized["train"]["labels"][:] == short
+
+
+def test_the_filter_reads_a_chunk_at_a_time_and_its_result_is_kept_beside_the_tokens(tmp_path, monkeypatch, caplog):
+    """Filtered a few pairs at a time, the same pairs are kept as at once; a second run on the cached tokens reads
+    the kept indices and the report back (no text is read to filter it) and keeps its indices mapping in a file;
+    another max_length filters again, and a result a stopped run left incomplete is made again."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    sources = ["ein Hund", "", "zwei Hunde", "Katze " * 9, "eine Katze", " ", "drei", "vier", "fünf"]
+    targets = ["a dog", "nothing", "two dogs", "cat " * 9, "a cat", "blank", "three", "\u2003", "five"]
+    write_lines(corpus_dir / "train.de", sources)
+    write_lines(corpus_dir / "train.en", targets)
+    tokenizer = train_tokenizer(sources + targets, vocab_size=300)
+    expected = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip() and "Katze K" not in s]
+
+    def run(max_length=8):
+        corpus = load_parallel_corpus(corpus_dir, "de", "en")
+        return prepare_pairs(corpus, tokenizer, max_length=max_length)
+
+    at_once = run()
+    monkeypatch.setattr(corpus_module, "FILTERED_AT_A_TIME", 2)
+    folder = Path(at_once[1]["train"].cache_files[0]["filename"]).parent
+    for found in folder.glob("filter-*"):
+        found.unlink()
+    text, tokens, report = run()
+    assert as_pairs(text["train"]) == as_pairs(at_once[0]["train"]) == expected
+    assert report == at_once[2] == {"train": {"total": 9, "empty": 3, "too_long": 1, "kept": 5}}
+    assert tokens["train"]["labels"][:] == at_once[1]["train"]["labels"][:]
+    assert any("indices-" in entry["filename"] for entry in tokens["train"].cache_files)
+
+    def no_text_read(_):
+        raise AssertionError("the texts were read to filter them")
+
+    monkeypatch.setattr(corpus_module, "_blank", no_text_read)
+    with caplog.at_level(logging.WARNING, logger="modeling.data.corpus"):
+        again = run()
+    assert as_pairs(again[0]["train"]) == expected and again[2] == report
+    assert "train: removed 4 of 9 pairs: 3 empty, 1 too long (longer than 8 tokens)" in caplog.text
+    with pytest.raises(AssertionError, match="the texts were read"):
+        run(max_length=9)
+    monkeypatch.undo()
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    for indices in folder.glob("filter-*.npy"):
+        np.save(indices, np.load(indices)[:2])  # cut short, as by a full disk
+    assert as_pairs(run()[0]["train"]) == expected

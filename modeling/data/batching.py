@@ -33,6 +33,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 TOKEN_COUNTS = ("max", "sum")
+LENGTHS_AT_A_TIME = 1 << 20  # rows whose lengths are read at once
 
 
 def pad_length(lengths, pad_to_multiple_of: int | None):
@@ -52,7 +53,10 @@ def batch_cost(num_sentences: int, max_source: int, max_target: int, token_count
 
 def token_lengths(dataset, source_column: str = "input_ids", target_column: str = "labels"):
     """(source_lengths, target_lengths) as int32 arrays, read from the token lists of a tokenized `datasets.Dataset`
-    (as `modeling.data.corpus.tokenize_pairs` makes) without decoding the rows into Python."""
+    (as `modeling.data.corpus.tokenize_pairs` makes) without decoding the rows into Python.
+
+    Read a million rows at a time into arrays made once: no whole-column Arrow buffer is made, which Arrow's memory
+    pool would keep after it is freed (its allocator returns freed pages to the system only when asked)."""
     import pyarrow.compute as pc
 
     for column in (source_column, target_column):
@@ -63,8 +67,11 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
     indices = dataset._indices.column(0).to_numpy() if dataset._indices is not None else None
     lengths = []
     for column in (source_column, target_column):
-        stored = pc.list_value_length(dataset.data.column(column)).to_numpy(zero_copy_only=False)
-        stored = stored.astype(np.int32, copy=False)  # a token list's length is an int32 in Arrow
+        values = dataset.data.column(column)
+        stored = np.empty(len(values), dtype=np.int32)  # a token list's length is an int32 in Arrow
+        for start in range(0, len(values), LENGTHS_AT_A_TIME):
+            part = pc.list_value_length(values.slice(start, LENGTHS_AT_A_TIME))
+            stored[start:start + len(part)] = part.to_numpy()
         lengths.append(stored if indices is None else stored[indices])
     return tuple(lengths)
 
@@ -72,6 +79,51 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
 def index_dtype(count: int):
     """The smallest of int32 and int64 that indexes `count` pairs."""
     return np.int32 if count < 2**31 else np.int64
+
+
+SORTED_AT_A_TIME = 1 << 20  # pairs placed at a time by `length_order`
+_MOST_LENGTH_BINS = 1 << 22
+
+
+def length_order(source: np.ndarray, target: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """`pairs` (indices into the lengths) stably sorted by source length, then target length: what
+    `pairs[np.lexsort((target[pairs], source[pairs]))]` gives, in `pairs`' own type.
+
+    A counting sort, a million pairs at a time: each pair goes straight to its place among the pairs of its
+    (source, target) lengths, so no whole-corpus int64 array is made (lexsort's indices and keys are 24 bytes a pair
+    beside the 4 of the result). Lengths too varied for a table of their pairs (over 4M distinct (source, target))
+    take lexsort."""
+    if not len(pairs):
+        return pairs.copy()
+    top = int(max(source.max(), target.max()))
+    if top >= _MOST_LENGTH_BINS:
+        return pairs[np.lexsort((target[pairs], source[pairs]))]
+    # each length's rank among the lengths present, so that the bins are the (source, target) pairs that can occur
+    source_rank = (np.cumsum(np.bincount(source, minlength=top + 1) > 0) - 1).astype(np.int32)
+    target_rank = (np.cumsum(np.bincount(target, minlength=top + 1) > 0) - 1).astype(np.int32)
+    width = int(target_rank[-1]) + 1
+    bins = (int(source_rank[-1]) + 1) * width
+    if bins > _MOST_LENGTH_BINS:
+        return pairs[np.lexsort((target[pairs], source[pairs]))]
+
+    def keys(chunk):  # int32: fewer than 2**22 bins
+        return source_rank[source[chunk]] * np.int32(width) + target_rank[target[chunk]]
+
+    chunks = [pairs[at:at + SORTED_AT_A_TIME] for at in range(0, len(pairs), SORTED_AT_A_TIME)]
+    counts = np.zeros(bins, dtype=np.int64)
+    for chunk in chunks:
+        counts += np.bincount(keys(chunk), minlength=bins)
+    place = np.cumsum(counts) - counts  # where the next pair of each bin goes
+    order = np.empty_like(pairs)
+    for chunk in chunks:
+        key = keys(chunk)
+        by_key = np.argsort(key, kind="stable")
+        sorted_key = key[by_key]
+        positions = np.arange(len(chunk))
+        first_of_key = np.maximum.accumulate(np.where(np.r_[True, sorted_key[1:] != sorted_key[:-1]], positions, 0))
+        order[place[sorted_key] + (positions - first_of_key)] = chunk[by_key]
+        place += np.bincount(key, minlength=bins)
+    return order
 
 
 class Batches(Sequence):
@@ -116,13 +168,25 @@ class Batches(Sequence):
 
 
 def _int32_lengths(lengths) -> np.ndarray:
-    """Token counts as a new int32 array (a copy: the sampler pads it in place)."""
+    """Token counts as a read-only int32 array: a view of the array given when it is one (a large corpus's lengths
+    are not copied; `token_lengths` makes a new one each call), else a new one."""
     lengths = np.asarray(lengths)
     if lengths.dtype.kind not in "iu":
         lengths = lengths.astype(np.int64)
     if lengths.size and lengths.max() >= 2**31:
         raise ValueError(f"a length of {lengths.max()} tokens is beyond what the batches hold (2**31 - 1)")
-    return lengths.astype(np.int32)
+    lengths = lengths.astype(np.int32, copy=False).view()
+    lengths.flags.writeable = False
+    return lengths
+
+
+def _padded(lengths: np.ndarray, pad_to_multiple_of: int) -> np.ndarray:
+    """`pad_length` in int32 (which makes int64 arrays), in one new read-only array."""
+    padded = np.negative(lengths)
+    np.floor_divide(padded, pad_to_multiple_of, out=padded)
+    np.multiply(padded, -pad_to_multiple_of, out=padded)
+    padded.flags.writeable = False
+    return padded
 
 
 class PairsOverBudgetError(ValueError):
@@ -138,7 +202,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     Args:
         source_lengths, target_lengths: token counts per pair (e.g. from `token_lengths`); `target_lengths=None`
-            counts the source only.
+            counts the source only. int32 arrays are kept as given (read-only views, not copies).
         max_tokens: the cap on a batch's padded tokens. A pair that alone exceeds it is an error.
         shuffle: shuffle the batch order every epoch (and break length ties randomly when packing).
         seed: the seed every process must share; the epoch order comes from (seed, epoch).
@@ -182,11 +246,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self.pad_to_multiple_of, self.token_count, self.max_sentences = pad_to_multiple_of, token_count, max_sentences
         self.batch_size, self.drop_last = None, False  # what accelerate's BatchSamplerShard reads
-        if pad_to_multiple_of:  # in place, in int32 (`pad_length` makes int64 copies)
-            for lengths in (source, target):
-                np.negative(lengths, out=lengths)
-                np.floor_divide(lengths, pad_to_multiple_of, out=lengths)
-                np.multiply(lengths, -pad_to_multiple_of, out=lengths)
+        if pad_to_multiple_of:
+            source, target = _padded(source, pad_to_multiple_of), _padded(target, pad_to_multiple_of)
         self.padded_source_lengths, self.padded_target_lengths = source, target
         self._check_fits()
         self.batches = self._split_for_replicas(self._pack())
@@ -214,16 +275,18 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         source, target = self.padded_source_lengths, self.padded_target_lengths
         count = len(source)
         rng = np.random.default_rng([self.seed, 2**32 - 1])  # a stream separate from the per-epoch orders
-        tie_break = rng.permutation(count) if self.shuffle else np.arange(count)
-        order = tie_break[np.lexsort((target[tie_break], source[tie_break]))].astype(index_dtype(count))
+        tie_break = np.arange(count, dtype=index_dtype(count))
+        if self.shuffle:
+            rng.shuffle(tie_break)  # as `rng.permutation(count)`, in the index's own type
+        order = length_order(source, target, tie_break)
         del tie_break
-        sorted_source, sorted_target = source[order], target[order]
         most = self.max_sentences or count
         ends, start, window = array.array("q"), 0, 64  # 8 bytes a batch
         while start < count:
             width = min(window, count - start, most)
-            longest_source = np.maximum.accumulate(sorted_source[start:start + width]).astype(np.int64)
-            longest_target = np.maximum.accumulate(sorted_target[start:start + width]).astype(np.int64)
+            pairs = order[start:start + width]
+            longest_source = np.maximum.accumulate(source[pairs]).astype(np.int64)
+            longest_target = np.maximum.accumulate(target[pairs]).astype(np.int64)
             costs = batch_cost(np.arange(1, width + 1), longest_source, longest_target, self.token_count)
             over = np.flatnonzero(costs > self.max_tokens)
             if len(over):

@@ -36,15 +36,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Translation, Value, load_dataset, load_from_disk
 from datasets.data_files import DataFilesDict, DataFilesList
 from datasets.exceptions import DatasetGenerationError
 from datasets.features import Json
 
+from ..common.file_writes import replace_text
 from ..tokenization import read_lines
 from ..weight_files import sha256
-from .batching import token_lengths
+from .batching import index_dtype, token_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,9 @@ MULTI30K_DOWNLOAD = (
     "mkdir -p data/multi30k && for f in {train,val,test_2016_flickr}.{de,en}; do curl -fsSL -o data/multi30k/$f.gz "
     "https://raw.githubusercontent.com/multi30k/dataset/HEAD/data/task1/raw/$f.gz; done"
 )
+# Rows per record batch of the Arrow files the loaders and the tokenizer write (`datasets` writes 1000): an opened
+# file holds about 1.4 KB of memory per record batch, 3 bytes a pair at 1000 rows and a tenth of that at 10,000
+ROWS_PER_RECORD_BATCH = 10_000
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 _SPLIT_ALIASES = {
     "train": "train",
@@ -209,8 +214,15 @@ def prepare_pairs(
     of the other. Nothing is held as Python lists: a 4.5M-pair corpus stays in (memory-mapped) Arrow tables."""
     _check_max_length(max_length)
     tokenized = tokenize_pairs(corpus, tokenizer, target_tokenizer=target_tokenizer, num_proc=num_proc)
-    lengths = {split: token_lengths(dataset) for split, dataset in tokenized.items()}
-    keep, report = _keep(corpus, lengths, max_length, "tokens", remove_empty)
+    keep, report = {}, {}
+    for split, dataset in corpus.items():
+        found = _FilterCache(dataset, tokenized[split], max_length, remove_empty)
+        if found.keep_and_report is None:
+            lengths = token_lengths(tokenized[split]) if max_length is not None else None
+            found.store(*_keep(dataset, lengths, max_length, remove_empty))
+        keep[split], report[split] = found.keep_and_report
+        _log_removals(split, report[split], max_length, "tokens")
+    release_unused_arrow_memory()
     return _selected(corpus, keep), _selected(tokenized, keep), report
 
 
@@ -234,10 +246,11 @@ def filter_pairs(
             corpus, tokenizer, max_length=max_length, target_tokenizer=target_tokenizer, remove_empty=remove_empty
         )
         return filtered, report
-    lengths = None if max_length is None else {
-        split: _column_values(dataset, pc.utf8_length) for split, dataset in corpus.items()
-    }
-    keep, report = _keep(corpus, lengths, max_length, "characters", remove_empty)
+    keep, report = {}, {}
+    for split, dataset in corpus.items():
+        keep[split], report[split] = _keep(dataset, None, max_length, remove_empty)
+        _log_removals(split, report[split], max_length, "characters")
+    release_unused_arrow_memory()
     return _selected(corpus, keep), report
 
 
@@ -259,8 +272,8 @@ def tokenize_pairs(
 
     return DatasetDict({
         split: dataset.map(
-            encode, batched=True, remove_columns=["source", "target"], features=TOKENIZED_FEATURES, num_proc=num_proc,
-            new_fingerprint=_tokens_fingerprint(dataset, tokenizer, target_tokenizer),
+            encode, batched=True, batch_size=ROWS_PER_RECORD_BATCH, writer_batch_size=ROWS_PER_RECORD_BATCH,
+            remove_columns=["source", "target"], features=TOKENIZED_FEATURES, num_proc=num_proc, new_fingerprint=_tokens_fingerprint(dataset, tokenizer, target_tokenizer),
         )
         for split, dataset in corpus.items()
     })
@@ -310,52 +323,125 @@ def _check_max_length(max_length: int | None) -> None:
         raise ValueError(f"max_length={max_length} must be >= 1 (or None for no length limit)")
 
 
-def _keep(corpus: DatasetDict, lengths, max_length: int | None, unit: str, remove_empty: bool):
-    """Per split, the indices of the pairs to keep (None: all of them), and the report; removals are logged.
-    `lengths`: {split: (source lengths, target lengths)}, used with `max_length`."""
-    keep, report = {}, {}
-    for split, dataset in corpus.items():
-        empty = _blank(dataset) if remove_empty else np.zeros(len(dataset), dtype=bool)
-        too_long = np.zeros(len(dataset), dtype=bool)
+FILTERED_AT_A_TIME = 1 << 20  # pairs filtered at a time: the filter's own arrays stay a few MB at any corpus size
+
+
+def _keep(dataset: Dataset, lengths, max_length: int | None, remove_empty: bool):
+    """The indices of a split's pairs to keep (None: all of them) and its report {"total", "empty", "too_long",
+    "kept"}. `lengths`: (source, target) token counts per pair, or None to count characters of the text; used with
+    `max_length`. A million pairs at a time; the indices are made only once a pair is removed (4 bytes a pair)."""
+    count = len(dataset)
+    kept, cursor, empty, too_long = None, 0, 0, 0
+    texts = dataset.select_columns(["source", "target"]).with_format("arrow")
+    for start, table in zip(itertools.count(0, FILTERED_AT_A_TIME), texts.iter(batch_size=FILTERED_AT_A_TIME)):
+        stop = start + table.num_rows
+        blank = _blank(table) if remove_empty else np.zeros(table.num_rows, dtype=bool)
+        over = np.zeros_like(blank)
         if max_length is not None:
-            too_long = ~empty & (np.maximum(*lengths[split]) > max_length)
-        kept = np.flatnonzero(~(empty | too_long))
-        report[split] = {
-            "total": len(dataset), "empty": int(empty.sum()), "too_long": int(too_long.sum()), "kept": len(kept)
-        }
-        keep[split] = None if len(kept) == len(dataset) else kept
-        removed = len(dataset) - len(kept)
-        if removed:
-            limit = f" (longer than {max_length} {unit})" if max_length is not None else ""
-            logger.warning(
-                "%s: removed %d of %d pairs: %d empty, %d too long%s",
-                split, removed, len(dataset), report[split]["empty"], report[split]["too_long"], limit,
+            source, target = (
+                (lengths[0][start:stop], lengths[1][start:stop]) if lengths is not None else
+                (_as_numpy(pc.utf8_length(table["source"])), _as_numpy(pc.utf8_length(table["target"])))
             )
-    return keep, report
+            over = ~blank & (np.maximum(source, target) > max_length)
+        removed = blank | over
+        empty, too_long = empty + int(blank.sum()), too_long + int(over.sum())
+        if kept is None and removed.any():  # the first removal: every earlier pair was kept
+            kept = np.empty(count, dtype=index_dtype(count))
+            kept[:start] = np.arange(start, dtype=kept.dtype)
+            cursor = start
+        if kept is not None:
+            chosen = np.flatnonzero(~removed).astype(kept.dtype) + kept.dtype.type(start)
+            kept[cursor:cursor + len(chosen)] = chosen
+            cursor += len(chosen)
+    report = {"total": count, "empty": empty, "too_long": too_long, "kept": count - empty - too_long}
+    return (None if kept is None else kept[:cursor]), report
+
+
+def _log_removals(split: str, report: dict, max_length: int | None, unit: str) -> None:
+    removed = report["total"] - report["kept"]
+    if removed:
+        limit = f" (longer than {max_length} {unit})" if max_length is not None else ""
+        logger.warning(
+            "%s: removed %d of %d pairs: %d empty, %d too long%s",
+            split, removed, report["total"], report["empty"], report["too_long"], limit,
+        )
+
+
+class _FilterCache:
+    """What `_keep` found for a split's tokens, kept beside them in the `datasets` cache: a run on the cached tokens
+    reads the kept indices and the report back instead of reading every text again. Keyed by the tokens' and the
+    text's fingerprints (which the tokens' cache is found by) and the filter's settings; not kept for tokens held
+    in memory (no cache file)."""
+
+    VERSION = "filter v1"
+
+    def __init__(self, texts: Dataset, tokens: Dataset, max_length: int | None, remove_empty: bool):
+        self.keep_and_report, self.path = None, None
+        if not tokens.cache_files:
+            return
+        key = "\n".join([self.VERSION, texts._fingerprint, tokens._fingerprint, str(max_length), str(remove_empty)])
+        name = f"filter-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+        self.path = Path(tokens.cache_files[0]["filename"]).with_name(name)
+        try:
+            report = json.loads(self.path.with_suffix(".json").read_text(encoding="utf-8"))
+            kept = np.load(self.path.with_suffix(".npy")) if report["kept"] < report["total"] else None
+        except (OSError, ValueError, KeyError):
+            return  # none yet, or one a stopped run left incomplete: the filter runs again
+        if kept is None or len(kept) == report["kept"]:
+            self.keep_and_report = kept, report
+
+    def store(self, kept: np.ndarray | None, report: dict) -> None:
+        self.keep_and_report = kept, report
+        if self.path is None:
+            return
+        try:
+            if kept is not None:  # the indices first: the report, written last and whole, says they are complete
+                temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.writing.npy")
+                np.save(temporary, kept)
+                os.replace(temporary, self.path.with_suffix(".npy"))
+            replace_text(self.path.with_suffix(".json"), json.dumps(report))
+        except OSError as error:  # a full or read-only cache: the next run filters again
+            logger.warning("could not keep the filter's result in the datasets cache (%s)", error)
 
 
 def _selected(corpus: DatasetDict, keep) -> DatasetDict:
-    return DatasetDict(
-        {split: dataset if keep[split] is None else dataset.select(keep[split]) for split, dataset in corpus.items()}
-    )
+    """The kept pairs of each split. A split read from the `datasets` cache keeps its indices mapping in a file beside
+    it (memory-mapped, as the rows are), not in memory."""
+    selected = {}
+    for split, dataset in corpus.items():
+        if keep[split] is None:
+            selected[split] = dataset
+            continue
+        indices_file = None
+        if dataset.cache_files:
+            digest = hashlib.sha256(keep[split].tobytes()).hexdigest()[:16]
+            name = f"indices-{dataset._fingerprint}-{digest}.arrow"
+            indices_file = str(Path(dataset.cache_files[0]["filename"]).with_name(name))
+        selected[split] = dataset.select(keep[split], indices_cache_file_name=indices_file)
+    return DatasetDict(selected)
 
 
-def _blank(dataset: Dataset) -> np.ndarray:
-    """Pairs with a side that is empty or only whitespace (Unicode's, as `str.strip`)."""
-    source, target = _column_values(dataset, lambda texts: pc.utf8_length(pc.utf8_trim_whitespace(texts)))
-    return (source == 0) | (target == 0)
+def _blank(texts) -> np.ndarray:
+    """Pairs (an Arrow table's rows) with a side that is empty or only whitespace (Unicode's, as `str.strip`: Arrow's
+    `utf8_is_space` and Python's `str.isspace` count the same characters)."""
+    blank = [
+        _as_numpy(pc.or_(pc.equal(pc.binary_length(texts[column]), 0), pc.utf8_is_space(texts[column])), fill=False)
+        for column in ("source", "target")
+    ]
+    return blank[0] | blank[1]
 
 
-def _column_values(dataset: Dataset, function, batch_size: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
-    """`function` (a pyarrow compute function of a string array) over the `source` and `target` columns, in batches
-    so that no whole-column copy is made: (source values, target values)."""
-    values = {"source": [], "target": []}
-    for batch in dataset.select_columns(["source", "target"]).with_format("arrow").iter(batch_size=batch_size):
-        for column, parts in values.items():
-            parts.append(function(batch[column]).to_numpy(zero_copy_only=False))
-    return tuple(
-        np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in values.values()
-    )
+def _as_numpy(values, fill=None) -> np.ndarray:
+    """An Arrow (chunked) array as NumPy; nulls (a missing text) become `fill`."""
+    if fill is not None:
+        values = pc.fill_null(values, fill)
+    return values.to_numpy() if isinstance(values, pa.ChunkedArray) else values.to_numpy(zero_copy_only=False)
+
+
+def release_unused_arrow_memory() -> None:
+    """Give the pages Arrow's memory pool holds for freed buffers back to the system (its allocator keeps them for
+    reuse otherwise): what the filter read of a large corpus would stay in the process's private memory."""
+    pa.default_memory_pool().release_unused()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -489,7 +575,8 @@ def _text_pairs_dataset(source_path: Path, target_path: Path) -> Dataset:
     digests = " ".join(sha256(path) for path in (source_path, target_path))
     try:
         return Dataset.from_generator(
-            _line_pairs, features=PAIR_FEATURES, gen_kwargs={**files, "digests": digests}
+            _line_pairs, features=PAIR_FEATURES, gen_kwargs={**files, "digests": digests},
+            writer_batch_size=ROWS_PER_RECORD_BATCH,
         )
     except DatasetGenerationError as error:  # a line-count mismatch or bad UTF-8: our message, not the wrapper's
         raise (error.__cause__ if isinstance(error.__cause__, ValueError) else error) from None

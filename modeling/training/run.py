@@ -28,7 +28,7 @@ import transformers
 from transformers import DataCollatorForSeq2Seq, TrainerState, set_seed
 
 from ..common.file_writes import replace_text
-from ..data.batching import PairsOverBudgetError
+from ..data.batching import PairsOverBudgetError, TokenBudgetBatchSampler
 from ..data.corpus import load_parallel_corpus, prepare_pairs
 from ..inference.evaluation import build_compute_metrics
 from ..inference.hub import push_folder_to_hub
@@ -102,12 +102,12 @@ def finish_from_checkpoint(trainer, checkpoint: str) -> None:
     model.load_state_dict(saved.state_dict())
 
 
-def check_token_budget(train_dataset, training_args, train_texts) -> None:
-    """Build the token-budget batches as the Trainer will, so a pair longer than --max_tokens fails before training.
+def check_token_budget(train_dataset, training_args, train_texts) -> TokenBudgetBatchSampler:
+    """Build the token-budget batches the Trainer takes, so a pair longer than --max_tokens fails before training.
     The message quotes the first such pair's source from `train_texts` (the kept pairs as text, row for row): its
     index counts the pairs kept after filtering, no line of the files."""
     try:
-        token_budget_sampler(train_dataset, training_args)
+        return token_budget_sampler(train_dataset, training_args)
     except ValueError as error:
         quoted = ""
         if isinstance(error, PairsOverBudgetError):
@@ -450,8 +450,9 @@ def setup_training(
                     f"no {split} pairs are left after filtering ({filter_report[split]}): the {split} data holds no "
                     "pair with text on both sides"
                 )
+        sampler = None
         if training_args.max_tokens is not None:
-            check_token_budget(tokenized["train"], training_args, kept["train"])
+            sampler = check_token_budget(tokenized["train"], training_args, kept["train"])
         if first:  # every check passed: now the run may write, once no other run writes into output_dir
             run_lock = RunLock(output_dir)
             run_lock.acquire(run_token)
@@ -468,10 +469,10 @@ def setup_training(
             if data_args.tokenizer_name_or_path is None and not resuming:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 tokenizer.save_pretrained(output_dir)
-        return tokenizer, kept, tokenized, filter_report
+        return tokenizer, kept, tokenized, filter_report, sampler
 
     try:
-        tokenizer, corpus, tokenized, filter_report = first_process_then_others(training_args, first, prepare)
+        tokenizer, corpus, tokenized, filter_report, sampler = first_process_then_others(training_args, first, prepare)
         batches = EpochBatches.of(tokenized["train"], training_args)
         if resuming and not finishing and training_args.process_index == 0:
             warn_of_other_batches(checkpoint, batches)
@@ -487,6 +488,7 @@ def setup_training(
             model=model,
             args=training_args,
             train_dataset=tokenized["train"],
+            train_batch_sampler=sampler,
             eval_dataset=tokenized["validation"] if has_validation else None,
             data_collator=collator,
             processing_class=tokenizer,

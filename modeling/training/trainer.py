@@ -99,8 +99,11 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
 
     args: TransformerTrainingArguments
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, train_batch_sampler: TokenBudgetBatchSampler | None = None, **kwargs):
+        """`train_batch_sampler`: the batches of `train_dataset` under --max_tokens, when the caller built them
+        already (`token_budget_sampler`; a large corpus takes seconds to index); otherwise they are built here."""
         super().__init__(*args, **kwargs)
+        self.train_batch_sampler = train_batch_sampler
         base = getattr(self.accelerator.unwrap_model(self.model), "model", None)
         if self.is_fsdp_enabled and hasattr(base, "embed_with_the_shared_module"):
             base.embed_with_the_shared_module()  # one module holds the tied embedding matrix: FSDP2 shards it once
@@ -217,7 +220,8 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = self._token_budget_sampler = token_budget_sampler(dataset, self.args)
+        sampler = self.train_batch_sampler or token_budget_sampler(dataset, self.args)
+        self._token_budget_sampler = sampler
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, _SetSamplerEpoch):
                 callback.sampler = sampler
