@@ -46,7 +46,7 @@ import torch
 
 from ..common.command_line import as_typed
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
-from ..data.corpus import load_parallel_corpus, prepare_pairs
+from ..data.corpus import FILTERED_AT_A_TIME, load_parallel_corpus, prepare_pairs
 from ..tokenization import load_tokenizers, read_lines, train_tokenizer
 from . import measure
 from .models import SIZES
@@ -150,6 +150,7 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
         "index_bytes": index_bytes,
         "index_bytes_per_pair": index_bytes / kept,
         "num_proc": spec.get("num_proc"),
+        "filtered_at_a_time": FILTERED_AT_A_TIME,  # absent from results of the earlier whole-corpus filters
     }
 
 

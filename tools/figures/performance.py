@@ -169,7 +169,8 @@ def ctranslate2_cpu(benchmarks: Benchmarks) -> str:
                           "our PyTorch generate(), tokens/s", "CTranslate2/PyTorch", "same tokens as PyTorch"), rows))
 
 
-DATA_RESULTS = ("results-cpu-quick.json", "results-cpu-data-4.5M.json", "results-cpu-data-45M.json")
+DATA_RESULTS = ("results-cpu-quick.json", "results-cpu-data-1M.json", "results-cpu-data-4.5M.json",
+                "results-cpu-data-45M.json")
 
 
 @table("performance-cpu-data")
@@ -185,17 +186,23 @@ def performance_cpu_data(benchmarks: Benchmarks) -> str:
         per_million = pipeline.get("seconds_per_million_pairs")
         private = "—"
         if "peak_private_bytes" in pipeline:  # measured since private memory was
-            private = (f"{_mib(pipeline['peak_private_bytes'])} (index: "
+            start = pipeline["private_bytes_at_start"]
+            private = (f"{_mib(pipeline['peak_private_bytes'] - start)} / "
+                       f"{_mib(pipeline['private_bytes_after_stage']['index'] - start)} (index: "
                        f"{pipeline['index_bytes_per_pair']:.1f} bytes a pair)")
         launch = data["first_step_cached"]
+        pairs = f"{data['corpus']['pairs']:,}"
+        if "peak_private_bytes" in pipeline and "filtered_at_a_time" not in pipeline:
+            pairs += " (the earlier pipeline: filters and sort over the whole corpus at once)"
         rows.append((
-            f"{data['corpus']['pairs']:,}", f"{_seconds(pipeline['seconds'])} ({stages})",
+            pairs, f"{_seconds(pipeline['seconds'])} ({stages})",
             _seconds(sum(per_million.values())) if per_million else "—", private,
             _mib(pipeline["peak_rss_bytes"]), _seconds(cached["seconds"]),
             f"{_seconds(launch['setup_seconds'])} / {_seconds(launch['first_step_seconds'])}"
             + (f" ({_mib(launch['peak_private_bytes'])} MiB)" if "peak_private_bytes" in launch else ""),
         ))
-    header = ("synthetic pairs", "load + prepare + index, s", "s per million pairs", "peak private memory, MiB",
+    header = ("synthetic pairs", "load + prepare + index, s", "s per million pairs",
+              "private memory above the imports, MiB: peak / left after the index",
               "peak RSS, MiB", "the same on the cache it left, s",
               "`accelerate launch scripts/train.py` on that cache: setup done / first step, s (its peak private "
               "memory)")
