@@ -3,7 +3,7 @@ written by scripts/table3.py) beside the paper's own row (benchmarks/paper-table
 
 from __future__ import annotations
 
-from modeling.learning.table3 import agreement
+from modeling.learning.table3 import BASE_ROW, agreement, load_table3
 
 from .formats import Benchmarks, FiguresError, _block, _table, table
 
@@ -89,4 +89,39 @@ def table3(benchmarks: Benchmarks) -> str:
     return _block(line, _table(header, rows), paper["source"] + ".")
 
 
-__all__ = ["PAPER", "RESULTS", "table3"]
+@table("table3-reading")
+def table3_reading(benchmarks: Benchmarks) -> str:
+    """The measured rows grouped by how their BLEU and perplexity move against the paper's, and which of the paper's
+    differences are smaller than the base seeds' spread (a tie here cannot contradict those)."""
+    benchmarks(RESULTS)  # a clear error where the results are missing
+    table = load_table3(benchmarks.folder)
+    varied = [row for row in table.rows if row.name != BASE_ROW]
+    measured = [row for row in varied if row.bleu_difference is not None]
+    if table.base_bleu is None or not measured:
+        return _block("No varied row is measured yet.")
+    parts = [f"Measured: {len(measured)} of the {len(varied)} varied rows, against a base row of {table.base_seeds} "
+             f"seed(s) whose validation BLEU spans {table.bleu_spread:.2f} and perplexity {table.perplexity_spread:.2f}."]
+    for metric, ours, tie, paper, digits in (
+        ("BLEU", "bleu_difference", "bleu_tie", "paper_bleu_difference", 1),
+        ("perplexity", "perplexity_difference", "perplexity_tie", "paper_perplexity_difference", 2),
+    ):
+        found: dict[str, list[str]] = {}
+        for row in measured:
+            compared = agreement(getattr(row, ours), getattr(row, tie), getattr(row, paper))
+            found.setdefault(compared or "the paper gives none", []).append(
+                f"`{row.name}` ({getattr(row, ours):+.2f}; paper "
+                + ("—" if getattr(row, paper) is None else f"{getattr(row, paper):+.{digits}f}") + ")")
+        said = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in found.items())
+        parts.append(f"{metric[0].upper()}{metric[1:]}, each row against the paper's: {said}.")
+    small = [f"`{row.name}` ({row.paper_bleu_difference:+.1f})" for row in varied
+             if row.paper_bleu_difference is not None and abs(row.paper_bleu_difference) <= table.bleu_spread]
+    if small:
+        parts.append(f"The paper's rows whose BLEU moves by no more than that spread, so that a tie here is what their "
+                     f"effect predicts: {', '.join(small)}.")
+    unmeasured = [f"`{row.name}`" for row in varied if row.bleu_difference is None]
+    if unmeasured:
+        parts.append(f"Not measured yet: {', '.join(unmeasured)}.")
+    return _block(*parts)
+
+
+__all__ = ["PAPER", "RESULTS", "table3", "table3_reading"]
