@@ -818,7 +818,8 @@ def test_the_table3_reading_groups_the_measured_rows_by_how_they_move_against_th
 
     _table3_files(tmp_path, [30.0, 30.6, 30.3], {"A-heads-1": 29.0, "C-layers-2": 31.5, "B-d_k-8": 30.1})
     reading = "\n".join(_reading(Benchmarks(tmp_path))).removeprefix("How the rows read against the paper's. ")
-    assert "Measured: 3 of the 18 varied rows, against a base row of 3 seed(s) whose validation BLEU spans 0.60" in reading
+    assert ("Measured: 3 of the 18 varied rows, against a base row of 3 seed(s) whose validation BLEU spans "
+            "0.60") in reading
     assert ("BLEU, each row against the paper's: same direction: `A-heads-1` (-1.30; paper -0.9); tie: `B-d_k-8` "
             "(-0.20; paper -0.7); opposite direction: `C-layers-2` (+1.20; paper -2.1).") in reading
     assert "so that a tie here is what their effect predicts: `A-heads-2` (-0.3), `A-heads-8` (+0.0)," in reading

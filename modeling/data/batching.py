@@ -119,9 +119,8 @@ def length_order(source: np.ndarray, target: np.ndarray, pairs: np.ndarray) -> n
         key = keys(chunk)
         by_key = np.argsort(key, kind="stable")
         sorted_key = key[by_key]
-        positions = np.arange(len(chunk))
-        first_of_key = np.maximum.accumulate(np.where(np.r_[True, sorted_key[1:] != sorted_key[:-1]], positions, 0))
-        order[place[sorted_key] + (positions - first_of_key)] = chunk[by_key]
+        among_its_key = np.arange(len(chunk)) - np.searchsorted(sorted_key, sorted_key)  # earlier pairs of its key
+        order[place[sorted_key] + among_its_key] = chunk[by_key]
         place += np.bincount(key, minlength=bins)
     return order
 

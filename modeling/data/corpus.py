@@ -273,7 +273,8 @@ def tokenize_pairs(
     return DatasetDict({
         split: dataset.map(
             encode, batched=True, batch_size=ROWS_PER_RECORD_BATCH, writer_batch_size=ROWS_PER_RECORD_BATCH,
-            remove_columns=["source", "target"], features=TOKENIZED_FEATURES, num_proc=num_proc, new_fingerprint=_tokens_fingerprint(dataset, tokenizer, target_tokenizer),
+            remove_columns=["source", "target"], features=TOKENIZED_FEATURES, num_proc=num_proc,
+            new_fingerprint=_tokens_fingerprint(dataset, tokenizer, target_tokenizer),
         )
         for split, dataset in corpus.items()
     })

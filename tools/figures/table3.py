@@ -100,8 +100,9 @@ def _reading(benchmarks: Benchmarks) -> list[str]:
     measured = [row for row in varied if row.bleu_difference is not None]
     if table.base_bleu is None or not measured:
         return []
-    parts = [f"How the rows read against the paper's. Measured: {len(measured)} of the {len(varied)} varied rows, against a base row of {table.base_seeds} "
-             f"seed(s) whose validation BLEU spans {table.bleu_spread:.2f} and perplexity {table.perplexity_spread:.2f}."]
+    parts = [f"How the rows read against the paper's. Measured: {len(measured)} of the {len(varied)} varied rows, "
+             f"against a base row of {table.base_seeds} seed(s) whose validation BLEU spans {table.bleu_spread:.2f} "
+             f"and perplexity {table.perplexity_spread:.2f}."]
     for metric, ours, tie, paper, digits in (
         ("BLEU", "bleu_difference", "bleu_tie", "paper_bleu_difference", 1),
         ("perplexity", "perplexity_difference", "perplexity_tie", "paper_perplexity_difference", 2),
