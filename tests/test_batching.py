@@ -1,12 +1,14 @@
 """Token-budget batching: the cap holds, every pair appears once per epoch across ranks, padding waste is low."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
 from accelerate.data_loader import BatchSamplerShard
 from transformers import DataCollatorForSeq2Seq
 
-from modeling.data import batching
+from modeling.data import batching, freed_memory
 from modeling.data.batching import TokenBudgetBatchSampler, batch_cost, pad_length, padding_stats, token_lengths
 from modeling.data.corpus import synthetic_task_dataset, tokenize_pairs
 from modeling.data.packing import PackedBatchSampler
@@ -201,3 +203,38 @@ def test_int32_lengths_are_kept_not_copied_and_padding_leaves_them_as_given():
     assert not sampler.padded_source_lengths.flags.writeable
     padded = TokenBudgetBatchSampler(source, target, 2048, pad_to_multiple_of=8)
     assert np.array_equal(source, given) and np.array_equal(padded.padded_source_lengths, pad_length(source, 8))
+
+
+def _private_mib():
+    from modeling.benchmarking.measure import private_bytes
+
+    return private_bytes(os.getpid()) / 2**20
+
+
+@pytest.mark.skipif(freed_memory._malloc_trim() is None, reason="glibc's malloc_trim only")
+def test_freed_heap_arrays_go_back_to_the_system():
+    """NumPy arrays below glibc's (raised) mmap threshold come from the heap; freed between live ones they stay in the
+    process's private memory until `release_freed_memory` trims the heap (what the sampler's sort leaves)."""
+    big = np.ones(8 << 20, np.uint8)
+    del big  # a freed mmapped array raises the threshold above the 1 MiB arrays below
+    arrays = [np.ones(1 << 20, np.uint8) for _ in range(128)]
+    del arrays[::2]  # 64 MiB freed between the arrays still alive
+    held = _private_mib()
+    freed_memory.release_freed_memory()
+    assert held - _private_mib() > 48
+    assert len(arrays) == 64  # alive until here
+
+
+def test_freed_arrow_buffers_go_back_to_the_system():
+    """Arrow's pool keeps the pages of the buffers `pyarrow.compute` made (as `token_lengths` reads them) until asked."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pa.array(np.arange(1 << 23, dtype=np.int64))
+    start = _private_mib()
+    parts = [pc.add(values.slice(at, 1 << 20), 1) for at in range(0, 1 << 23, 1 << 20)]  # 64 MiB
+    del parts
+    held = _private_mib()
+    freed_memory.release_freed_memory()
+    assert held - start > 48
+    assert held - _private_mib() > 48

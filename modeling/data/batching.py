@@ -32,6 +32,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import Sampler
 
+from .freed_memory import release_freed_memory
+
 TOKEN_COUNTS = ("max", "sum")
 LENGTHS_AT_A_TIME = 1 << 20  # rows whose lengths are read at once
 
@@ -73,6 +75,7 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
             part = pc.list_value_length(values.slice(start, LENGTHS_AT_A_TIME))
             stored[start:start + len(part)] = part.to_numpy()
         lengths.append(stored if indices is None else stored[indices])
+    release_freed_memory()  # the parts Arrow computed
     return tuple(lengths)
 
 
@@ -250,6 +253,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.padded_source_lengths, self.padded_target_lengths = source, target
         self._check_fits()
         self.batches = self._split_for_replicas(self._pack())
+        release_freed_memory()  # the sort's and the packing's temporaries
 
     def _check_fits(self) -> None:
         costs = batch_cost(1, self.padded_source_lengths, self.padded_target_lengths, self.token_count)

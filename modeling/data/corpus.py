@@ -47,6 +47,7 @@ from ..common.file_writes import replace_text
 from ..tokenization import read_lines
 from ..weight_files import sha256
 from .batching import index_dtype, token_lengths
+from .freed_memory import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ def prepare_pairs(
             found.store(*_keep(dataset, lengths, max_length, remove_empty))
         keep[split], report[split] = found.keep_and_report
         _log_removals(split, report[split], max_length, "tokens")
-    release_unused_arrow_memory()
+    release_freed_memory()  # what the filters read of a large corpus
     return _selected(corpus, keep), _selected(tokenized, keep), report
 
 
@@ -250,7 +251,7 @@ def filter_pairs(
     for split, dataset in corpus.items():
         keep[split], report[split] = _keep(dataset, None, max_length, remove_empty)
         _log_removals(split, report[split], max_length, "characters")
-    release_unused_arrow_memory()
+    release_freed_memory()  # what the filters read of a large corpus
     return _selected(corpus, keep), report
 
 
@@ -437,12 +438,6 @@ def _as_numpy(values, fill=None) -> np.ndarray:
     if fill is not None:
         values = pc.fill_null(values, fill)
     return values.to_numpy() if isinstance(values, pa.ChunkedArray) else values.to_numpy(zero_copy_only=False)
-
-
-def release_unused_arrow_memory() -> None:
-    """Give the pages Arrow's memory pool holds for freed buffers back to the system (its allocator keeps them for
-    reuse otherwise): what the filter read of a large corpus would stay in the process's private memory."""
-    pa.default_memory_pool().release_unused()
 
 
 # --------------------------------------------------------------------------------------------------------------------
