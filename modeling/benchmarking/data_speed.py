@@ -10,7 +10,8 @@ tokenizer here).
 - pipeline: in a fresh process (clean peak RSS), the stages `modeling.training.run.setup_training` runs, each timed:
   load (`load_parallel_corpus` + the tokenizer), prepare (`prepare_pairs`: tokenize once, with
   `--preprocessing_num_workers` processes, then drop empty pairs and pairs over `max_length` tokens), index
-  (`token_lengths` + `TokenBudgetBatchSampler`), and their seconds per million pairs.
+  (`cached_token_budget_sampler`: `token_lengths` + `TokenBudgetBatchSampler`, kept in the cache; read back from it
+  on the cache), and their seconds per million pairs.
   Memory: the private (anonymous) memory of the process and its workers (`PrivateMemoryWatch`: its peak in each
   stage, what is left after each, and what the batches' index holds per pair), which is what a corpus larger than
   memory must keep small; and, as before, peak RSS (`MemoryWatch`: reset after the imports), which also counts the
@@ -45,7 +46,7 @@ import numpy as np
 import torch
 
 from ..common.command_line import as_typed
-from ..data.batching import TokenBudgetBatchSampler, token_lengths
+from ..data.batch_cache import cached_token_budget_sampler
 from ..data.corpus import FILTERED_AT_A_TIME, load_parallel_corpus, prepare_pairs
 from ..tokenization import load_tokenizers, read_lines, train_tokenizer
 from . import measure
@@ -125,9 +126,8 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
     ))
     _, tokenized, report = stage("prepare", lambda: prepare_pairs(
         corpus, tokenizer, max_length=spec["max_length"], num_proc=spec.get("num_proc")))
-    sampler = stage("index", lambda: TokenBudgetBatchSampler(
-        *token_lengths(tokenized["train"]), spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"]
-    ))
+    sampler = stage("index", lambda: cached_token_budget_sampler(  # as a training launch builds or reads them
+        tokenized["train"], spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"]))
     index_bytes = sum(array.nbytes for array in (
         sampler.padded_source_lengths, sampler.padded_target_lengths, sampler.batches.indices, sampler.batches.starts,
         sampler.batches.ends))

@@ -234,6 +234,17 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError(f"need one source and one target length per pair, got {source.shape} and {target.shape}")
         if len(source) and min(source.min(), target.min()) < 0:
             raise ValueError("lengths must be >= 0")
+        self._set_settings(max_tokens, shuffle, seed, num_replicas, rank, pad_to_multiple_of, token_count,
+                           max_sentences)
+        if pad_to_multiple_of:
+            source, target = _padded(source, pad_to_multiple_of), _padded(target, pad_to_multiple_of)
+        self.padded_source_lengths, self.padded_target_lengths = source, target
+        self._check_fits()
+        self.batches = self._split_for_replicas(self._pack())
+        release_freed_memory()  # the sort's and the packing's temporaries
+
+    def _set_settings(self, max_tokens, shuffle, seed, num_replicas, rank, pad_to_multiple_of, token_count,
+                      max_sentences) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens={max_tokens} must be >= 1")
         if num_replicas < 1 or not (rank is None or 0 <= rank < num_replicas):
@@ -248,12 +259,25 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self.pad_to_multiple_of, self.token_count, self.max_sentences = pad_to_multiple_of, token_count, max_sentences
         self.batch_size, self.drop_last = None, False  # what accelerate's BatchSamplerShard reads
-        if pad_to_multiple_of:
-            source, target = _padded(source, pad_to_multiple_of), _padded(target, pad_to_multiple_of)
-        self.padded_source_lengths, self.padded_target_lengths = source, target
-        self._check_fits()
-        self.batches = self._split_for_replicas(self._pack())
-        release_freed_memory()  # the sort's and the packing's temporaries
+
+    @classmethod
+    def from_batches(cls, padded_source_lengths: np.ndarray, padded_target_lengths: np.ndarray, batches: Batches,
+                     max_tokens: int, **settings) -> "TokenBudgetBatchSampler":
+        """The sampler whose padded lengths and batches an earlier one with the same `max_tokens` and `settings` (the
+        constructor's keywords) built, as `modeling.data.batch_cache` keeps them: nothing is sorted or packed again."""
+        sampler = cls.__new__(cls)
+        defaults = dict(shuffle=True, seed=0, num_replicas=1, rank=0, pad_to_multiple_of=None, token_count="max",
+                        max_sentences=None)
+        unknown = set(settings) - set(defaults)
+        if unknown:
+            raise TypeError(f"from_batches() got unexpected settings {sorted(unknown)}")
+        sampler._set_settings(max_tokens, **{**defaults, **settings})
+        sampler.padded_source_lengths, sampler.padded_target_lengths = padded_source_lengths, padded_target_lengths
+        if len(batches) % sampler.num_replicas or len(batches.indices) != len(padded_source_lengths):
+            raise ValueError(f"{batches} do not fit {len(padded_source_lengths)} pairs and {sampler.num_replicas} "
+                             "processes")
+        sampler.batches = batches
+        return sampler
 
     def _check_fits(self) -> None:
         costs = batch_cost(1, self.padded_source_lengths, self.padded_target_lengths, self.token_count)

@@ -22,6 +22,7 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
 
 from ..common.hardware import describe_run
+from ..data.batch_cache import cached_token_budget_sampler
 from ..data.batching import TokenBudgetBatchSampler, token_lengths
 from ..data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
 from ..input_checks import check_token_ids
@@ -34,18 +35,11 @@ from .world import World, lost_peer_error_in
 def token_budget_sampler(dataset, args: TransformerTrainingArguments) -> TokenBudgetBatchSampler:
     """The training batches of every process under `args.max_tokens`, padded or, with `args.packing`, packed
     (accelerate hands batch i to process i % num_processes). Raises ValueError when a pair alone exceeds the budget."""
-    source_lengths, target_lengths = token_lengths(dataset)
-    sampler = PackedBatchSampler if args.packing else TokenBudgetBatchSampler
-    return sampler(
-        source_lengths,
-        target_lengths,
-        args.max_tokens,
-        shuffle=True,
-        seed=args.data_seed if args.data_seed is not None else args.seed,
-        num_replicas=args.world_size,
-        rank=None,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-    )
+    settings = dict(shuffle=True, seed=args.data_seed if args.data_seed is not None else args.seed,
+                    num_replicas=args.world_size, rank=None, pad_to_multiple_of=args.pad_to_multiple_of)
+    if args.packing:
+        return PackedBatchSampler(*token_lengths(dataset), args.max_tokens, **settings)
+    return cached_token_budget_sampler(dataset, args.max_tokens, **settings)  # kept beside the tokens in their cache
 
 
 @contextlib.contextmanager
