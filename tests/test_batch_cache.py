@@ -57,7 +57,9 @@ def test_read_back_equal_to_built_and_without_reading_lengths(tokens, monkeypatc
 
 
 def test_other_settings_or_tokens_are_other_batches(tokens):
-    base = cached_token_budget_sampler(tokens, 500, seed=0)
+    base = cached_token_budget_sampler(tokens, 500)
+    assert cached_token_budget_sampler(tokens, 500, seed=0, shuffle=True, rank=None).batches == base.batches
+    assert len(batch_files(tokens)) == 6  # the defaults named or not, and any rank: the same key
     other_seed = cached_token_budget_sampler(tokens, 500, seed=1)
     other_budget = cached_token_budget_sampler(tokens, 300, seed=0)
     assert len(batch_files(tokens)) == 3 * 6
@@ -97,6 +99,6 @@ def test_from_batches_refuses_batches_of_other_pairs(tokens):
     with pytest.raises(ValueError, match="do not fit 10 pairs"):
         TokenBudgetBatchSampler.from_batches(built.padded_source_lengths[:10], built.padded_target_lengths[:10],
                                              built.batches, 500)
-    with pytest.raises(TypeError, match="unexpected settings"):
+    with pytest.raises(TypeError, match="no settings"):
         TokenBudgetBatchSampler.from_batches(built.padded_source_lengths, built.padded_target_lengths,
                                              built.batches, 500, ranks=2)

@@ -723,6 +723,7 @@ def test_command_line_run_with_fresh_processes_and_first_step(tmp_path):
     assert 0 < first_step["setup_seconds"] < first_step["first_step_seconds"]
     assert first_step["peak_private_bytes"] > 100 * 2**20  # the training process's: torch, the model, the data
     assert first_step["found_in_cache"]  # the launch tokenized nothing anew: the pipeline's cache served it
+    assert first_step["found_batches_in_cache"]  # nor packed the batches again
     assert "ours/marian" in result.stdout
 
 

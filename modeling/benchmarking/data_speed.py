@@ -22,8 +22,9 @@ tokenizer here).
   `--max_steps 1 --logging_steps 1`, on the cache the pipeline left (as a run's second launch finds it: the first
   launch on an empty cache spends the pipeline's seconds first); seconds from starting the launcher to its "Model:"
   line (setup done: data, model, Trainer) and to the first logged loss (the first optimizer step done), the training
-  process's peak private memory until then, and whether it found every tokenized split in the cache (no Arrow file
-  added to it). The run is stopped there (`first_step_cached`).
+  process's peak private memory until then, whether it found every tokenized split in the cache (no Arrow file
+  added to it) and whether it found the pipeline's batches there (no batches added). The run is stopped there
+  (`first_step_cached`).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def fresh_data_pipeline_run(spec: dict) -> dict:
     _, tokenized, report = stage("prepare", lambda: prepare_pairs(
         corpus, tokenizer, max_length=spec["max_length"], num_proc=spec.get("num_proc")))
     sampler = stage("index", lambda: cached_token_budget_sampler(  # as a training launch builds or reads them
-        tokenized["train"], spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"]))
+        tokenized["train"], spec["max_tokens"], pad_to_multiple_of=spec["pad_to_multiple_of"], seed=spec["seed"]))
     index_bytes = sum(array.nbytes for array in (
         sampler.padded_source_lengths, sampler.padded_target_lengths, sampler.batches.indices, sampler.batches.starts,
         sampler.batches.ends))
@@ -248,7 +249,7 @@ def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> di
         spec = {
             "corpus_dir": str(corpus_dir), "tokenizer_dir": str(tokenizer_dir), "source_lang": settings.source_lang,
             "target_lang": settings.target_lang, "max_length": settings.max_length,
-            "max_tokens": settings.max_tokens, "pad_to_multiple_of": settings.pad_to_multiple_of,
+            "max_tokens": settings.max_tokens, "pad_to_multiple_of": settings.pad_to_multiple_of, "seed": settings.seed,
         }
         spec["num_proc"] = settings.preprocessing_num_workers
         spec["cache_dir"] = str(temporary / "cache")
@@ -256,12 +257,13 @@ def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> di
         pipeline_cached = measure.run_in_fresh_process(fresh_data_pipeline_run, spec)
         first_step_cached = None
         if train_script is not None:
-            cache_files = _arrow_files(spec["cache_dir"])
+            cache_files, batch_files = _arrow_files(spec["cache_dir"]), _batch_files(spec["cache_dir"])
             first_step_cached = time_to_first_step(
                 train_command(train_script, corpus_dir, tokenizer_dir, temporary / "run", settings),
                 environment={"HF_DATASETS_CACHE": spec["cache_dir"]},
             )
             first_step_cached["found_in_cache"] = _arrow_files(spec["cache_dir"]) == cache_files
+            first_step_cached["found_batches_in_cache"] = _batch_files(spec["cache_dir"]) == batch_files
     return {
         "corpus": corpus, "tokenizer": tokenizer, "pipeline": pipeline, "pipeline_cached": pipeline_cached,
         "first_step_cached": first_step_cached,
@@ -270,3 +272,8 @@ def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> di
 
 def _arrow_files(folder: str) -> set[Path]:
     return set(Path(folder).rglob("*.arrow"))
+
+
+def _batch_files(folder: str) -> set[Path]:
+    """The token-budget batches kept in the cache (`modeling.data.batch_cache`): one manifest per settings."""
+    return set(Path(folder).rglob("batches-*.json"))

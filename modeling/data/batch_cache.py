@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.file_writes import replace_text
-from .batching import Batches, TokenBudgetBatchSampler, token_lengths
+from .batching import Batches, TokenBudgetBatchSampler, sampler_settings, token_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def cached_token_budget_sampler(dataset, max_tokens: int, **settings) -> TokenBu
 def _cache_path(dataset, max_tokens: int, settings: dict) -> Path | None:
     if not getattr(dataset, "cache_files", None):
         return None
-    keyed = {name: value for name, value in sorted(settings.items()) if name != "rank"}
+    keyed = {name: value for name, value in sorted(sampler_settings(settings).items()) if name != "rank"}
     key = "\n".join([VERSION, dataset._fingerprint, str(len(dataset)), str(max_tokens), json.dumps(keyed)])
     name = f"batches-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
     return Path(dataset.cache_files[0]["filename"]).with_name(name)

@@ -199,6 +199,18 @@ class PairsOverBudgetError(ValueError):
         self.indices = indices
 
 
+SAMPLER_DEFAULTS = dict(shuffle=True, seed=0, num_replicas=1, rank=0, pad_to_multiple_of=None, token_count="max",
+                        max_sentences=None)  # `TokenBudgetBatchSampler`'s keywords
+
+
+def sampler_settings(settings: dict) -> dict:
+    """`settings` (keywords of `TokenBudgetBatchSampler`) with the defaults of those not given."""
+    unknown = set(settings) - set(SAMPLER_DEFAULTS)
+    if unknown:
+        raise TypeError(f"TokenBudgetBatchSampler has no settings {sorted(unknown)}")
+    return {**SAMPLER_DEFAULTS, **settings}
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Yields lists of dataset indices whose padded cost is at most `max_tokens` (see the module doc).
 
@@ -266,12 +278,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         """The sampler whose padded lengths and batches an earlier one with the same `max_tokens` and `settings` (the
         constructor's keywords) built, as `modeling.data.batch_cache` keeps them: nothing is sorted or packed again."""
         sampler = cls.__new__(cls)
-        defaults = dict(shuffle=True, seed=0, num_replicas=1, rank=0, pad_to_multiple_of=None, token_count="max",
-                        max_sentences=None)
-        unknown = set(settings) - set(defaults)
-        if unknown:
-            raise TypeError(f"from_batches() got unexpected settings {sorted(unknown)}")
-        sampler._set_settings(max_tokens, **{**defaults, **settings})
+        sampler._set_settings(max_tokens, **sampler_settings(settings))
         sampler.padded_source_lengths, sampler.padded_target_lengths = padded_source_lengths, padded_target_lengths
         if len(batches) % sampler.num_replicas or len(batches.indices) != len(padded_source_lengths):
             raise ValueError(f"{batches} do not fit {len(padded_source_lengths)} pairs and {sampler.num_replicas} "
