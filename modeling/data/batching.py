@@ -15,8 +15,8 @@ the pairs' indices in batch order, 4 bytes a pair, and where each batch starts a
 (4 bytes a side), so a sampler over 45M pairs holds about 12 bytes a pair and no Python object per pair
 (`modeling.data.batch_cache` keeps them beside the tokens in the `datasets` cache for the next launch). For
 `num_replicas` processes, the largest batches are split in two until the batch count is a multiple of `num_replicas`
-(splitting never exceeds the cap), and rank r takes every `num_replicas`-th batch from position r of the epoch's order: every rank gets the
-same number of batches, and every pair appears exactly once per epoch across all ranks.
+(splitting never exceeds the cap), and rank r takes every `num_replicas`-th batch from position r of the epoch's
+order: every rank gets the same number of batches, and every pair appears exactly once per epoch across all ranks.
 
 Use in a plain DataLoader: `DataLoader(tokenized, batch_sampler=sampler, collate_fn=DataCollatorForSeq2Seq(tok,
 pad_to_multiple_of=8))`, with the same `pad_to_multiple_of` in the sampler and the collator so that the cap holds
