@@ -1,4 +1,4 @@
-"""Token-budget batches kept beside the tokens in the `datasets` cache: read back equal, keyed by tokens and settings."""
+"""Token-budget batches kept beside the tokens in the `datasets` cache: read back equal, keyed by tokens, settings."""
 
 from pathlib import Path
 
@@ -67,7 +67,8 @@ def test_other_settings_or_tokens_are_other_batches(tokens):
     assert other_seed.batches == TokenBudgetBatchSampler(*token_lengths(tokens), 500, seed=1).batches
     assert other_budget.batches == TokenBudgetBatchSampler(*token_lengths(tokens), 300, seed=0).batches
     fewer = tokens.select(range(1000))  # another fingerprint: its own batches, over its own 1,000 pairs
-    assert cached_token_budget_sampler(fewer, 500).batches == TokenBudgetBatchSampler(*token_lengths(fewer), 500).batches
+    expected = TokenBudgetBatchSampler(*token_lengths(fewer), 500).batches
+    assert cached_token_budget_sampler(fewer, 500).batches == expected
     assert len(batch_files(tokens)) == 4 * 6
 
 

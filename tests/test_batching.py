@@ -226,7 +226,8 @@ def test_freed_heap_arrays_go_back_to_the_system():
 
 
 def test_freed_arrow_buffers_go_back_to_the_system():
-    """Arrow's pool keeps the pages of the buffers `pyarrow.compute` made (as `token_lengths` reads them) until asked."""
+    """Arrow's pool keeps the pages of the buffers `pyarrow.compute` made (as `token_lengths` reads them) until
+    asked."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
