@@ -15,10 +15,10 @@ import sys
 
 def release_freed_memory() -> None:
     """Return the freed pages Arrow's pool and glibc's heap hold to the system (a few milliseconds; elsewhere than
-    glibc only Arrow's pool is asked)."""
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
+    glibc only Arrow's pool is asked, and only where pyarrow is imported: otherwise its pool holds nothing)."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()
     malloc_trim = _malloc_trim()
     if malloc_trim is not None:
         malloc_trim(0)
