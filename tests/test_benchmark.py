@@ -5,6 +5,7 @@ ours / Marian."""
 
 import copy
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -186,6 +187,7 @@ def test_marian_is_smoothed_as_the_trainer_smooths_it(tmp_path):
 def test_peak_rss_resets_and_sees_an_allocation():
     if not measure.reset_peak_rss():
         pytest.skip("no /proc/self/clear_refs: the peak RSS cannot be reset here")
+    gc.collect()  # earlier tests' garbage freed now, not while the block is held (the RSS would drop by it)
     watch = measure.MemoryWatch(torch.device("cpu"))
     watch.start()
     block = torch.ones(100 * 2**20 // 4)  # 100 MiB, touched
