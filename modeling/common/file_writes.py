@@ -29,4 +29,18 @@ def replace_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
-__all__ = ["replace_text", "writing_pattern"]
+def replace_array(path: str | os.PathLike, array) -> Path:
+    """Save a NumPy array as the `.npy` file `path`, whole or not at all (as `replace_text`). Returns the path."""
+    import numpy as np
+
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.writing.npy")
+    try:
+        np.save(temporary, array)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+__all__ = ["replace_array", "replace_text", "writing_pattern"]

@@ -13,12 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
-from ..common.file_writes import replace_text
+from ..common.file_writes import replace_array, replace_text
 from .batching import Batches, TokenBudgetBatchSampler, sampler_settings, token_lengths
 
 logger = logging.getLogger(__name__)
@@ -75,13 +74,7 @@ def _write(path: Path, sampler: TokenBudgetBatchSampler) -> None:
     }
     try:
         for name, array in arrays.items():
-            target = path.with_suffix(f".{name}.npy")
-            temporary = target.with_name(f".{target.name}.{os.getpid()}.writing.npy")
-            try:
-                np.save(temporary, array)
-                os.replace(temporary, target)
-            finally:
-                temporary.unlink(missing_ok=True)
+            replace_array(path.with_suffix(f".{name}.npy"), array)
         replace_text(path.with_suffix(".json"), json.dumps({
             "version": VERSION, "pairs": len(sampler.padded_source_lengths), "batches": len(sampler.batches)}))
     except OSError as error:  # a full or read-only cache: the next launch builds the batches again

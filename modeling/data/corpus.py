@@ -43,7 +43,7 @@ from datasets.data_files import DataFilesDict, DataFilesList
 from datasets.exceptions import DatasetGenerationError
 from datasets.features import Json
 
-from ..common.file_writes import replace_text
+from ..common.file_writes import replace_array, replace_text
 from ..tokenization import read_lines
 from ..weight_files import sha256
 from .batching import index_dtype, token_lengths
@@ -398,9 +398,7 @@ class _FilterCache:
             return
         try:
             if kept is not None:  # the indices first: the report, written last and whole, says they are complete
-                temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.writing.npy")
-                np.save(temporary, kept)
-                os.replace(temporary, self.path.with_suffix(".npy"))
+                replace_array(self.path.with_suffix(".npy"), kept)
             replace_text(self.path.with_suffix(".json"), json.dumps(report))
         except OSError as error:  # a full or read-only cache: the next run filters again
             logger.warning("could not keep the filter's result in the datasets cache (%s)", error)
