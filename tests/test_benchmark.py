@@ -5,7 +5,6 @@ ours / Marian."""
 
 import copy
 import dataclasses
-import gc
 import json
 import os
 import re
