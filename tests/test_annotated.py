@@ -337,6 +337,45 @@ def test_a_figure_s_data_compares_within_floating_point_noise():
     assert differences(data, noisy) != []
 
 
+def test_a_trained_figure_s_data_compares_on_average_within_what_another_cpu_trains():
+    """The copy task's attention, trained on another CPU, moves every weight by about 0.02 (measured between kernel
+    sets: 0.013 to 0.020 on average, up to 0.05 over one map); untrained, its maps are about uniform."""
+    from tools.annotated_page.figure_data import differences
+
+    data = json.loads(data_path(FIGURES_DIR, "copy_task_attention").read_text())
+    maps = [image for axes in data["axes"] for image in axes["images"]]
+    assert len(maps) == 24 and differences(data, data, trained=True) == []
+    drifted, uniform = json.loads(json.dumps(data)), json.loads(json.dumps(data))
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=len(maps[0]["values"]))
+    for image in (image for axes in drifted["axes"] for image in axes["images"]):
+        image["values"] = [min(max(value + 0.025 * sign, 0.0), 1.0) for value, sign in zip(image["values"], signs)]
+    assert differences(data, drifted, trained=True) == []
+    assert differences(data, drifted) != []  # an untrained picture's numbers are each held to their last digits
+    for image in (image for axes in uniform["axes"] for image in axes["images"]):
+        image["values"] = [1 / image["shape"][1]] * len(image["values"])
+    (found,) = differences(data, uniform, "copy_task_attention", trained=True)
+    mean = re.fullmatch(r"copy_task_attention: its plotted numbers differ by ([\d.]+) of their largest magnitude on "
+                        r"average \(a trained model's, at most 0\.04\)", found)
+    assert mean and float(mean[1]) > 0.04
+    drifted["axes"][0]["title"] += " (another layer)"  # text is held exactly, trained or not
+    assert len(differences(data, drifted, trained=True)) == 1
+
+
+@pytest.mark.slow
+def test_the_copy_task_s_figure_checks_as_current_with_another_cpu_s_kernels(tmp_path):
+    """The trained picture, drawn again with the scalar kernels (no AVX: another CPU's summation order), still reads
+    as the committed one."""
+    import os
+    import subprocess
+    import sys
+
+    script = REPOSITORY / "scripts" / "make_figures.py"
+    environment = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    run = subprocess.run([sys.executable, str(script), "--check", "--only", "copy_task_attention"], env=environment,
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+
+
 @pytest.mark.slow
 def test_make_figures_writes_every_figure_the_page_shows(page, make_figures, tmp_path, capsys):
     assert make_figures.main(["--output_dir", str(tmp_path)]) == 0
