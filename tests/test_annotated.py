@@ -7,8 +7,11 @@ import contextlib
 import io
 import json
 import math
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +26,14 @@ from modeling.learning.figures import FIGURES, TRAINED
 from modeling.learning.greedy import greedy_decode
 from tools.annotated_page import solutions
 from tools.annotated_page.excerpts import REPOSITORY, abridge, excerpt, resolve
-from tools.annotated_page.figure_data import check_figures, data_path, figure_data, to_json, write_figures
+from tools.annotated_page.figure_data import (
+    check_figures,
+    data_path,
+    differences,
+    figure_data,
+    to_json,
+    write_figures,
+)
 from tools.annotated_page.page import (
     FIGURES_DIR,
     PAGE,
@@ -330,8 +340,6 @@ def test_a_figure_s_data_compares_within_floating_point_noise():
     data = figure_data(figure)
     noisy = json.loads(json.dumps(data))
     noisy["axes"][0]["lines"][0]["y"]["values"][3] *= 1 + 1e-5  # a last-digit difference between two CPUs
-    from tools.annotated_page.figure_data import differences
-
     assert differences(data, noisy) == []
     noisy["axes"][0]["lines"][0]["y"]["values"][3] *= 1.01
     assert differences(data, noisy) != []
@@ -340,8 +348,6 @@ def test_a_figure_s_data_compares_within_floating_point_noise():
 def test_a_trained_figure_s_data_compares_on_average_within_what_another_cpu_trains():
     """The copy task's attention, trained on another CPU, moves every weight by about 0.02 (measured between kernel
     sets: 0.013 to 0.020 on average, up to 0.05 over one map); untrained, its maps are about uniform."""
-    from tools.annotated_page.figure_data import differences
-
     data = json.loads(data_path(FIGURES_DIR, "copy_task_attention").read_text())
     maps = [image for axes in data["axes"] for image in axes["images"]]
     assert len(maps) == 24 and differences(data, data, trained=True) == []
@@ -365,10 +371,6 @@ def test_a_trained_figure_s_data_compares_on_average_within_what_another_cpu_tra
 def test_the_copy_task_s_figure_checks_as_current_with_another_cpu_s_kernels(tmp_path):
     """The trained picture, drawn again with the scalar kernels (no AVX: another CPU's summation order), still reads
     as the committed one."""
-    import os
-    import subprocess
-    import sys
-
     script = REPOSITORY / "scripts" / "make_figures.py"
     environment = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     run = subprocess.run([sys.executable, str(script), "--check", "--only", "copy_task_attention"], env=environment,
