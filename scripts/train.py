@@ -30,9 +30,17 @@ from modeling.training.world import ProcessLost
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "copy_tiny.yaml"
 
 
+def report(line: str) -> None:
+    """`line` to standard error in one write, so that the lines of a run's processes, which share it, never run into
+    each other (a pipe keeps a write of up to 4 KiB whole)."""
+    sys.stderr.flush()
+    sys.stderr.write(f"train.py: {line}\n")
+    sys.stderr.flush()
+
+
 def fail(error: Exception, status: int) -> None:
     message = " ".join(line.strip() for line in str(error).splitlines())
-    print(f"train.py: error: {message}", file=sys.stderr)
+    report(f"error: {message}")
     sys.exit(status)
 
 
@@ -53,11 +61,11 @@ def main(argv=None) -> None:
     except (HubUploadError, NonFiniteLossError, CheckpointSaveError, ProcessLost) as error:  # found while training
         fail(error, status=1)
     except TrainingStopped as error:
-        print(f"train.py: {error}", file=sys.stderr)
+        report(str(error))
         sys.exit(STOPPED_STATUS)
     except KeyboardInterrupt:  # a second Ctrl-C (the first stops after the step under way, with its checkpoint)
-        print("train.py: aborted by a second Ctrl-C; resume from the newest complete checkpoint with "
-              "--resume_from_checkpoint last", file=sys.stderr)
+        report("aborted by a second Ctrl-C; resume from the newest complete checkpoint with "
+               "--resume_from_checkpoint last")
         sys.exit(130)
 
 

@@ -18,13 +18,13 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import torch
-from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, free_port
+from launch_helpers import QUICK, REPO_ROOT, SCRIPT_ENV, free_port, load_script
 from safetensors.torch import load_file
 
 from modeling.training.argument_parsing import parse_arguments
 from modeling.training.arguments import ConfigurationError
 from modeling.training.checkpoints import checkpoint_problem, checkpoint_step, last_checkpoints
-from modeling.training.run import train
+from modeling.training.run import TrainingStopped, train
 from modeling.training.run_lock import RUN_LOCK_NAME, RunLock
 from modeling.training.run_safety import resolve_checkpoint, warn_of_missing_random_state
 from modeling.training.trainer import NonFiniteLossError
@@ -822,6 +822,47 @@ def test_a_stop_between_the_saves_of_save_strategy_best_saves_its_step_all_the_s
     signal_after(process, run_dir / "checkpoint-4", signal.SIGTERM)  # the first evaluation's save, a best
     _, step = stopped(process)
     assert checkpoint_problem(run_dir / f"checkpoint-{step}") is None
+
+
+class Writes:
+    """A standard error that keeps each write apart: the processes of a run share one, and a line written in two
+    pieces can have another process's line between them."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("raised, status", [
+    (TrainingStopped("stopped by SIGTERM after optimizer step 11 of 24: out/checkpoint-11 holds the run; resume with "
+                     "--resume_from_checkpoint last"), 75),
+    (ConfigurationError("--max_steps must be positive,\ngot 0"), 2),
+    (NonFiniteLossError("the loss is nan at step 3"), 1),
+    (KeyboardInterrupt(), 130),
+])
+def test_each_line_train_py_prints_is_one_write_so_processes_lines_never_run_together(monkeypatch, raised, status):
+    script = load_script("train")
+
+    def training_that_raises(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(script, "train", training_that_raises)
+    monkeypatch.setattr(sys, "stderr", Writes())
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--output_dir", "unused"])
+    assert exit_.value.code == status
+    assert len(sys.stderr.writes) == 1, sys.stderr.writes
+    [line] = sys.stderr.writes
+    assert line.startswith("train.py: ") and line.endswith("\n") and line.count("\n") == 1, line
 
 
 @pytest.mark.slow  # Ctrl-C's variants (the default run stops with SIGTERM)
