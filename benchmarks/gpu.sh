@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements of packed training (docs/performance.md, "Packed batches"), in one run of about 10 minutes on
+# The GPU measurements of packed training (docs/performance.md, "Packed batches"), in one run of at most 570 s on
 # an NVIDIA H100 or H200, bf16, on Multi30k's lengths:
 #
 #   bash benchmarks/gpu.sh OUTPUT_DIR [MULTI30K_DIR]        (MULTI30K_DIR: default data/multi30k, see docs/data.md)
@@ -7,17 +7,17 @@
 # 1. base, eager and compiled side by side (scripts/benchmark.py --only compile --packing): ours on packed batches,
 #    eager and compiled; Marian and ours on their padded token-budget batches, eager. Steady target tokens/s, the
 #    first epoch with its compiling, a 15-minute run projected from both, FLOP/s and share of the measured peak (the
-#    model's FLOPs and the pairs' own), peak memory, each one's padding.  -> OUTPUT_DIR/results-gpu-packed-base.json
-# 2. big, the same: its share of the peak.  -> OUTPUT_DIR/results-gpu-packed-big.json
+#    model's FLOPs and the pairs' own), peak memory, each one's padding.  -> benchmarks/results-gpu-packed-base.json
+# 2. big, the same: its share of the peak.  -> benchmarks/results-gpu-packed-big.json
 # 3. base, Marian compiled alone (the training section with --compile, its padded batches: a graph for the first
 #    shape, more as shapes change; ours padded is not compiled: each new shape costing a new graph is what packing
-#    removes).  -> OUTPUT_DIR/results-gpu-packed-base-marian-compiled.json
+#    removes).  -> benchmarks/results-gpu-packed-base-marian-compiled.json
 # 4. if time is left, base with FlexAttention's block masks in place of dense masks for the packed batches
-#    (--packed_attention flex_attention), eager and compiled.  -> OUTPUT_DIR/results-gpu-packed-flex.json
+#    (--packed_attention flex_attention), eager and compiled.  -> benchmarks/results-gpu-packed-flex.json
 # 5. on a machine with several GPUs, DDP's scaling: base trained with DDP on Multi30k's lengths (32,768-token batches per
 #    GPU, bf16) on 1 GPU and on all of them (modeling/benchmarking/data_parallel.py), target tokens/s of each, the
 #    speed-up and the efficiency beside NVIDIA's published 6.72x on 8 A100s for fairseq's Transformer.
-#    -> OUTPUT_DIR/results-gpu-ddp-scaling.json. Skipped on one GPU (GPUS=N sets the count; SCALING_ARGS is added to
+#    -> benchmarks/results-gpu-ddp-scaling.json. Skipped on one GPU (GPUS=N sets the count; SCALING_ARGS is added to
 #    both launches, as BENCHMARK_ARGS to the others).
 # The steps go in that order, the most wanted first, since a compiled half that is cut short keeps none of its figures.
 #
@@ -51,7 +51,8 @@ print('torch', torch.__version__, 'transformers', transformers.__version__, 'cud
 
 left() { echo $((total - (SECONDS - started))); }
 
-# step NAME SECONDS ARGS...: scripts/benchmark.py ARGS into OUTPUT_DIR/results-gpu-packed-NAME.json, stopped after
+# step NAME SECONDS ARGS...: scripts/benchmark.py ARGS into benchmarks/results-gpu-packed-NAME.json (and a copy in
+# OUTPUT_DIR), stopped after
 # SECONDS (or when the total is spent, whichever comes first)
 step() {
     local name=$1 limit=$2
@@ -65,8 +66,10 @@ step() {
     # shellcheck disable=SC2086  # BENCHMARK_ARGS is a list of flags
     timeout --signal=INT --kill-after=20 "$limit" python scripts/benchmark.py --device cuda --dtype bf16 \
         --data_dir "$data" --label_smoothing 0.1 --fresh_runs 1 --packing "$@" ${BENCHMARK_ARGS:-} \
-        --output "$out/results-gpu-packed-$name.json" > "$out/$name.log" 2>&1
+        --output "benchmarks/results-gpu-packed-$name.json" > "$out/$name.log" 2>&1
     echo "gpu.sh: $name ended with status $? after $((SECONDS - started)) s in all"
+    # written where it is committed, so that the command it records writes that file; a copy goes to OUTPUT_DIR
+    cp "benchmarks/results-gpu-packed-$name.json" "$out/" 2>/dev/null
     tail -n 40 "$out/$name.log"
 }
 
@@ -99,7 +102,8 @@ scaling() {
         echo "gpu.sh: ddp on $count GPU(s) ended with status $? after $((SECONDS - started)) s in all"
     done
     python -m modeling.benchmarking.data_parallel scaling "$out/ddp-1.json" "$out/ddp-$gpus.json" \
-        --output "$out/results-gpu-ddp-scaling.json" || tail -n 40 "$out/ddp-scaling.log"
+        --output benchmarks/results-gpu-ddp-scaling.json && cp benchmarks/results-gpu-ddp-scaling.json "$out/" ||
+        tail -n 40 "$out/ddp-scaling.log"
 }
 scaling 200
 ls -l "$out"

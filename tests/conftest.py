@@ -8,8 +8,14 @@ from typing import NamedTuple
 import datasets
 import pytest
 
-# The test data's Multi30k copy: $MULTI30K_DIR, else the copy beside the checkout that CI provides.
-MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
+# The test data's Multi30k (docs/data.md, "The tests' data"): $MULTI30K_DIR, else the checkout's data/multi30k (where
+# the README's download puts it), else the copy beside the checkout that CI provides. Without it, the tests that need
+# it skip, and the run's summary says how many.
+_CHECKOUT = Path(__file__).resolve().parents[1]
+MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR") or next(
+    (folder for folder in (_CHECKOUT / "data" / "multi30k", _CHECKOUT.parent / "shared" / "data" / "multi30k")
+     if (folder / "train.de.gz").is_file()), _CHECKOUT / "data" / "multi30k"))
+NO_MULTI30K = "Multi30k not found at"
 
 datasets.disable_progress_bars()
 
@@ -43,8 +49,19 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     if not (MULTI30K_DIR / "train.de.gz").is_file():
-        pytest.skip(f"Multi30k not found at {MULTI30K_DIR}")
+        pytest.skip(f"{NO_MULTI30K} {MULTI30K_DIR} (set MULTI30K_DIR, or download it into data/multi30k)")
     return MULTI30K_DIR
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for the tests that skipped for want of Multi30k, so that a run without it says what it did not
+    check."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if NO_MULTI30K in str(getattr(report, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} tests skipped: {NO_MULTI30K} {MULTI30K_DIR}; set MULTI30K_DIR to a folder with "
+            "Multi30k's files, or download them into data/multi30k (docs/data.md)", yellow=True)
 
 
 @pytest.fixture(scope="session")

@@ -335,6 +335,28 @@ def test_make_figures_check_fails_on_a_changed_figure(make_figures, tmp_path, ca
     assert "noam_schedule.png" in errors[1] and "lines[1].y.samples[100]" in errors[1]
 
 
+def test_make_figures_check_fails_on_a_picture_that_is_not_the_one_drawn_from_its_data(make_figures, tmp_path,
+                                                                                      capsys):
+    """Each picture's data records its PNG's digest: a PNG swapped for another, or drawn again without its data,
+    fails the check though the data still matches what the code draws."""
+    for name in ("attention_scaling", "masks"):
+        for suffix in ("png", "json"):
+            shutil.copy(FIGURES_DIR / f"{name}.{suffix}", tmp_path)
+    shutil.copy(FIGURES_DIR / "copy_task_attention.png", tmp_path / "attention_scaling.png")  # another picture
+    data = json.loads(data_path(tmp_path, "masks").read_text())
+    del data["png_sha256"]  # data written without its picture's digest
+    data_path(tmp_path, "masks").write_text(to_json(data))
+    capsys.readouterr()
+    assert make_figures.main(["--check", "--only", "attention_scaling", "masks", "--output_dir", str(tmp_path)]) == 1
+    errors = capsys.readouterr().err.splitlines()[:-1]
+    assert errors == [
+        f"{tmp_path}/attention_scaling.png is not the picture drawn with attention_scaling.json (its digest is not "
+        "the one its data records): run `python scripts/make_figures.py --only attention_scaling`",
+        f"{tmp_path}/masks.png is not the picture drawn with masks.json (its data records no digest of it): run "
+        "`python scripts/make_figures.py --only masks`",
+    ]
+
+
 def test_a_figure_s_data_compares_within_floating_point_noise():
     figure = FIGURES["attention_scaling"]()
     data = figure_data(figure)

@@ -2,6 +2,7 @@
 tell no story of how the project was made (no commit hashes, no "issue", no "this session"), and nothing users get
 (code, help texts, configs, docs, benchmarks' JSON) that speaks of the workshop it was built in."""
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -97,7 +98,8 @@ def test_the_build_words_check_finds_an_inserted_word(tmp_path):
 
 # What a results file may not hold: the machinery around a measurement (time-limit variables of a runner, scripts
 # that are not the project's, absolute paths of the machine it ran on), as against the command that produced it.
-MACHINERY = re.compile(r"\b[A-Z_]+_S=\d+|session\.sh|stage\.sh|benchmarks/device/|(?<![\w.$])/(?:tmp|work|root|home)/")
+MACHINERY = re.compile(r"\b[A-Z_]+_S=\d+|session\.sh|stage\.sh|benchmarks/device/|(?<![\w.$])/(?:tmp|work|root|home)/|"
+                       r"\$TMPDIR/")
 NAMED_FILE = re.compile(r"(?<![\w./$-])((?:scripts|benchmarks|tools)/[\w./-]+\.(?:py|sh))\b")
 
 
@@ -117,6 +119,24 @@ def test_results_files_record_commands_not_the_machinery_around_them():
     assert machinery(ROOT) == []
 
 
+def test_each_benchmark_file_records_the_command_that_writes_it():
+    """A results file of scripts/benchmark.py names itself as the command's --output (or its default), so that the
+    recorded command, run again, writes that file."""
+    checked = 0
+    for path in sorted((ROOT / "benchmarks").glob("results-*.json")):
+        results = json.loads(path.read_text(encoding="utf-8"))
+        command = results.get("environment", {}).get("command", "") if isinstance(results.get("environment"), dict) \
+            else ""
+        if not re.match(r"(?:python )?scripts/benchmark\.py\b", command):
+            continue
+        checked += 1
+        own = f"benchmarks/{path.name}"
+        assert results["settings"]["output"] == own, path.name
+        given = re.search(r"--output (\S+)", command)
+        assert given is None or given[1] == own, (path.name, command)
+    assert checked >= 15
+
+
 def test_the_machinery_check_finds_a_runner_variable_a_path_and_a_missing_script(tmp_path):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "scripts").mkdir()
@@ -124,7 +144,7 @@ def test_the_machinery_check_finds_a_runner_variable_a_path_and_a_missing_script
     (tmp_path / "benchmarks" / "results-x.json").write_text(
         '{"how": "LEASE_S=700 python scripts/train.py --output_dir /tmp/run", "then": "scripts/gone.py",'
         ' "data": "$TMPDIR/corpus", "ok": "python scripts/train.py --output_dir outputs/run"}')
-    assert machinery(tmp_path) == ["results-x.json: LEASE_S=700", "results-x.json: /tmp/",
+    assert machinery(tmp_path) == ["results-x.json: LEASE_S=700", "results-x.json: /tmp/", "results-x.json: $TMPDIR/",
                                    "results-x.json: names scripts/gone.py, which does not exist"]
 
 

@@ -177,6 +177,34 @@ def test_every_measured_figure_a_user_reads_has_a_source():
     assert check_sources(REPOSITORY, texts) == []
 
 
+def test_the_source_check_names_times_in_words_approximate_bounds_and_scores_not_the_papers(copy):
+    """A time in words that approximates a measurement, a bound's "about", and a score near BLEU, chrF or perplexity
+    with no source are named; the paper's own figures (and a row's difference from its base), settings and counts
+    are not."""
+    json_pointer = "results-recipes-cpu.json#/runs/multi30k_de_en_cpu/test/bleu"
+    (copy / "docs" / "notes.md").write_text(
+        "The copy task trains in a minute or two, the tests in about 8 minutes.\n"  # line 1: two times in words
+        "gpu.sh measures it within about 10 minutes; training stops after at most 15 minutes.\n"  # line 2: one
+        "A pilot reached 34.26 validation BLEU and perplexity 8.21 in 1,000 steps.\n"  # line 3: two scores
+        f"The recipe scores 41.52<!-- source: {json_pointer} --> BLEU (41.50<!-- source: {json_pointer} --> BLEU).\n"
+        "The paper: single-head attention is 0.9 BLEU worse than the best (24.9 against 25.8), base perplexity 4.92.\n"
+        "Dropout 0.1 and label smoothing 0.1, `--learning_rate 2.5e-3`, transformers 5.24, two minutes before the limit.\n",
+        encoding="utf-8",
+    )
+    problems = [problem.split(": ", 1)[1] for problem in check_sources(copy) if problem.startswith("docs/notes.md")]
+    assert problems == [
+        "line 1: 'a minute or two' is a measured time in words: write the measured figure with its source note, or "
+        "leave it out",
+        "line 1: '8 minutes' has no source (a rendered block, or '<!-- source: FILE.json#/pointer -->' right after it)",
+        "line 2: '10 minutes' has no source (a rendered block, or '<!-- source: FILE.json#/pointer -->' right after it)",
+        "line 3: '34.26' is a score with no source (a rendered block, or '<!-- source: FILE.json#/pointer -->' right "
+        "after it) and not one of the paper's figures",
+        "line 3: '8.21' is a score with no source (a rendered block, or '<!-- source: FILE.json#/pointer -->' right "
+        "after it) and not one of the paper's figures",
+        "line 4: '41.50' is not what its source holds (41.52)",
+    ]
+
+
 def test_the_source_check_names_a_figure_without_source_and_one_that_differs(copy):
     json_pointer = "results-recipes-cpu.json#/runs/multi30k_de_en_cpu-0.2.0/training_seconds"
     (copy / "docs" / "notes.md").write_text(

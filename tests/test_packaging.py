@@ -27,7 +27,7 @@ def wheel(tmp_path_factory) -> Path:
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info next to pyproject.toml
     for folder in ("modeling", "tools", "scripts"):
         shutil.copytree(REPO_ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO_ROOT / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
@@ -35,6 +35,26 @@ def wheel(tmp_path_factory) -> Path:
     )
     (built,) = tmp_path.glob("*.whl")
     return built
+
+
+def test_the_wheel_carries_the_apache_license_its_metadata_names(wheel):
+    """LICENSE is the Apache License 2.0, which pyproject.toml names as an SPDX expression (setuptools 77 reads that
+    form, so the build floor says 77) and the wheel carries beside its metadata."""
+    import tomllib
+
+    text = (REPO_ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["license"] == "Apache-2.0" and project["project"]["license-files"] == ["LICENSE"]
+    floor = next(requirement for requirement in project["build-system"]["requires"]
+                 if requirement.startswith("setuptools"))
+    assert tuple(int(part) for part in floor.split(">=")[1].split(".")) >= (77,)
+    archive = zipfile.ZipFile(wheel)
+    metadata = archive.read(next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA")))
+    assert b"License-Expression: Apache-2.0" in metadata
+    licenses = [name for name in archive.namelist() if ".dist-info/licenses/" in name]
+    assert [name.rsplit("/", 1)[1] for name in licenses] == ["LICENSE"]
+    assert archive.read(licenses[0]).decode("utf-8") == text
 
 
 def test_the_wheel_holds_every_module_of_the_package_and_its_data_files_and_nothing_else(wheel):

@@ -1,6 +1,9 @@
 """The README's usage example runs as written."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -45,3 +48,43 @@ def test_the_readme_commands_reader_joins_continued_lines_and_skips_comments():
                                      "python -m pytest"]
     assert problems(["python -m pytest"]) == ["expected 2 commands, found 1: ['python -m pytest']"]
     assert problems(["echo", "python -m pytest"]) == ["the first command does not train (scripts/train.py): echo"]
+
+
+def test_a_refusal_under_accelerate_launch_quiet_reaches_the_user_as_train_pys_one_line(tmp_path):
+    """The README launches with `accelerate launch -q`: a refused run shows train.py's one line, not the launcher's
+    traceback around it (which a plain `accelerate launch` adds, as the second run shows)."""
+    from tests.launch_helpers import REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
+
+    missing = tmp_path / "no-such-corpus"
+    outputs = {}
+    for quiet in (True, False):
+        command = [sys.executable, "-m", "accelerate.commands.launch", *(["-q"] if quiet else []), "--num_processes",
+                   "1", "--num_machines", "1", "--dynamo_backend", "no", "--mixed_precision", "no",
+                   str(TRAIN_SCRIPT), "--data_dir", str(missing), "--output_dir", str(tmp_path / "run")]
+        outputs[quiet] = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **SCRIPT_ENV},
+                                        capture_output=True, text=True, timeout=300)
+    quiet = outputs[True]
+    assert quiet.returncode != 0
+    assert "Traceback" not in quiet.stderr, quiet.stderr
+    refusal = [line for line in quiet.stderr.splitlines() if line.startswith("train.py: ")]
+    assert len(refusal) == 1 and str(missing) in refusal[0], quiet.stderr
+    assert "Traceback" in outputs[False].stderr and "CalledProcessError" in outputs[False].stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_readme_installs_the_cpu_build_of_the_torch_the_cpu_figures_were_measured_with():
+    """Both commands take torch pinned from PyTorch's CPU index first (pip prefers its `+cpu` build to PyPI's CUDA
+    build of the same version; a machine without that index falls back to PyPI), the version the CPU recipes' figures
+    name, and .ci/run runs exactly these commands (above)."""
+    import json
+
+    from tools.readme_commands import readme_commands
+
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    runs = json.loads((README.parent / "benchmarks" / "results-recipes-cpu.json").read_text())["runs"]
+    measured = {run["software"]["torch"] for run in runs.values()}
+    assert len(measured) == 1 and next(iter(measured)).endswith("+cpu")
+    version = next(iter(measured)).removesuffix("+cpu")
+    for command in commands:
+        first = command.split(" && ")[0]
+        assert first == f"pip install torch=={version} --extra-index-url https://download.pytorch.org/whl/cpu", command

@@ -187,9 +187,16 @@ def train_command(
     return [*launcher, str(train_script), *map(str, arguments)]
 
 
-def time_to_first_step(command: list[str], timeout: float = 3600, environment: dict | None = None) -> dict:
+BENCHMARK_DIR = "$BENCHMARK_DIR"  # how a recorded command names the benchmark's own temporary folder
+BENCHMARK_DIR_MEANS = ("the data benchmark's own temporary folder (its corpus, tokenizer, datasets cache and run), "
+                       "made for the run and removed after it")
+
+
+def time_to_first_step(command: list[str], timeout: float = 3600, environment: dict | None = None,
+                       folder: Path | None = None) -> dict:
     """Run `command` (see `train_command`) until it logs its first loss; seconds to "Model:" and to that line.
-    `environment`: variables to add (the `datasets` cache folder)."""
+    `environment`: variables to add (the `datasets` cache folder); `folder`: the benchmark's temporary folder, which
+    the recorded command names BENCHMARK_DIR."""
     environment = {
         **os.environ, **(environment or {}), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
     }
@@ -219,8 +226,9 @@ def time_to_first_step(command: list[str], timeout: float = 3600, environment: d
             f"the training run logged no loss (exit code {process.returncode}); command:\n{shlex.join(command)}\n"
             f"last output:\n{''.join(tail)}"
         )
+    named = {folder: BENCHMARK_DIR} if folder is not None else {}
     return {"setup_seconds": setup, "first_step_seconds": first_step, "peak_private_bytes": peak_private,
-            "command": as_typed(command)}
+            "command": as_typed(command, named), **({"benchmark_dir": BENCHMARK_DIR_MEANS} if named else {})}
 
 
 def _stop_process_group(process: subprocess.Popen) -> None:
@@ -260,7 +268,7 @@ def benchmark_data(settings: BenchmarkSettings, train_script: Path | None) -> di
             cache_files, batch_files = _arrow_files(spec["cache_dir"]), _batch_files(spec["cache_dir"])
             first_step_cached = time_to_first_step(
                 train_command(train_script, corpus_dir, tokenizer_dir, temporary / "run", settings),
-                environment={"HF_DATASETS_CACHE": spec["cache_dir"]},
+                environment={"HF_DATASETS_CACHE": spec["cache_dir"]}, folder=temporary,
             )
             first_step_cached["found_in_cache"] = _arrow_files(spec["cache_dir"]) == cache_files
             first_step_cached["found_batches_in_cache"] = _batch_files(spec["cache_dir"]) == batch_files

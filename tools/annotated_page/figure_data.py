@@ -1,6 +1,9 @@
 """What each picture of the walk plots, saved beside its PNG as JSON, so that a stale picture is found without
 comparing pixels (which differ between matplotlib versions and fonts).
 
+The JSON also records the SHA-256 of the PNG written with it (`png_sha256`), so that `check_figures` finds a picture
+that is not the one drawn from its data (replaced, or drawn again without its data) as well as stale data.
+
 `figure_data(figure)` reads a matplotlib figure's artists: per axes its titles and labels, fixed tick labels, lines,
 images, patches (bars, rectangles), collections (scatter points, colour bars), texts and legend. Numbers are kept to
 4 significant digits; an array of more than `FULL` values is kept as its shape, `SAMPLES` evenly spaced values and
@@ -11,6 +14,7 @@ picture (see TRAINED_MEAN).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -179,8 +183,16 @@ def write_figures(output_dir: str | Path, names: Sequence[str] | None = None, dp
             figure = FIGURES[name]()
             paths.append(Path(output_dir) / f"{name}.png")
             figure.savefig(paths[-1], dpi=dpi)
-            data_path(output_dir, name).write_text(to_json(figure_data(figure)), encoding="utf-8")
+            data = {**figure_data(figure), DIGEST: png_digest(paths[-1])}
+            data_path(output_dir, name).write_text(to_json(data), encoding="utf-8")
     return paths
+
+
+DIGEST = "png_sha256"  # the key of the PNG's digest in its data
+
+
+def png_digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def check_figures(folder: str | Path, names: Sequence[str] | None = None) -> list[str]:
@@ -194,12 +206,19 @@ def check_figures(folder: str | Path, names: Sequence[str] | None = None) -> lis
                 missing = " and ".join(path.name for path in (png, data) if not path.is_file())
                 problems.append(f"{folder}/{missing} missing: run `python scripts/make_figures.py --only {name}`")
                 continue
-            found = differences(json.loads(data.read_text(encoding="utf-8")), figure_data(FIGURES[name]()),
-                                name, trained=name in TRAINED)
+            recorded = json.loads(data.read_text(encoding="utf-8"))
+            digest = recorded.pop(DIGEST, None)
+            if digest != png_digest(png):
+                why = "its data records no digest of it" if digest is None else "its digest is not the one its data records"
+                problems.append(f"{png} is not the picture drawn with {data.name} ({why}): run "
+                                f"`python scripts/make_figures.py --only {name}`")
+                continue
+            found = differences(recorded, figure_data(FIGURES[name]()), name, trained=name in TRAINED)
             if found:
                 more = f", and {len(found) - 1} more" if len(found) > 1 else ""
                 problems.append(f"{png} is stale ({found[0]}{more}): run `python scripts/make_figures.py --only {name}`")
     return problems
 
 
-__all__ = ["check_figures", "data_path", "differences", "figure_data", "to_json", "write_figures"]
+__all__ = ["DIGEST", "check_figures", "data_path", "differences", "figure_data", "png_digest", "to_json",
+           "write_figures"]

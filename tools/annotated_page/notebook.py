@@ -113,7 +113,8 @@ def install_source(url: str | None, requirements: list[str]) -> str:
             lines, line = [*lines, line], "   "
         line += item
     needs = "\n".join([*lines, line])
-    return f'''# Where this package is not installed (Colab, or a clone without the README's install): installs what the walk
+    where = "a clone without the README's install" if url is None else "Colab, or a clone without the README's install"
+    return f'''# Where this package is not installed ({where}): installs what the walk
 # needs (pyproject.toml's `notebook` extra, not the package's training dependencies) and makes the package importable.
 import importlib
 import importlib.metadata
@@ -141,10 +142,9 @@ def opening_cell(url: str | None, path: Path) -> str:
     """The notebook's first markdown: a Colab badge with `url`, else how to open it from a clone or on Colab."""
     if url is not None:
         return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path, url)})"
-    return (f"**To run this notebook**, open it in a clone of the repository with Jupyter, after the README's install "
-            f"(`jupyter lab notebooks/{path.name}`); or upload it to Colab (File > Upload notebook) with the "
-            "repository's files beside it. Its first code cell installs what the walk needs where the package is "
-            "not installed.")
+    return (f"**To run this notebook**, open it in a clone of the repository after the README's install, with Jupyter "
+            f"(`pip install jupyterlab`, then `jupyter lab notebooks/{path.name}`). Its first code cell makes the "
+            "clone's package importable where it is not installed, with what the walk needs.")
 
 
 def _link(match: re.Match, url: str | None) -> str:

@@ -150,13 +150,15 @@ def _score(scores: dict | None) -> str:
 def headline(benchmarks: Benchmarks) -> str:
     """README: the recipes' Multi30k test BLEU, and the speed against MarianMTModel, each row with its hardware."""
     rows = []
-    gpu_runs = [run for run in gpu_recipe_runs(benchmarks).values() if not run.repeat]
-    for runs, kind in ((_newest(cpu_recipe_runs(benchmarks)), "CPU"), (gpu_runs, "GPU")):
-        for run in runs:
+    gpu_runs = [(run, "; " + benchmarks(GPU_RECIPES_SOFTWARE)[key.split("#")[0]]["shared"])
+                for key, run in gpu_recipe_runs(benchmarks).items() if not run.repeat]
+    cpu_runs = [(run, "") for run in _newest(cpu_recipe_runs(benchmarks))]
+    for runs, kind in ((cpu_runs, "CPU"), (gpu_runs, "GPU")):
+        for run, settings in runs:  # settings: how a run differed from its config's, where it did
             version = f", version {run.version}" if run.version else ""
             rows.append((
                 f"Multi30k {run.direction} test BLEU, {kind} recipe `{run.recipe}` ({run.checkpoint}, "
-                f"beam {run.num_beams}{version})",
+                f"beam {run.num_beams}{version}{settings})",
                 f"**{_bleu(run.test['bleu'])}**", f"{run.hardware}, {run.software}",
             ))
 

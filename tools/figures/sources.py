@@ -13,7 +13,14 @@ one in a table's header row or a code span. Anywhere else it needs a source:
 The note (an HTML comment, which Markdown does not show) follows the figure it sources, on the same line; it gives
 one value per number of the figure (two for a range "a-b"), each a JSON pointer into a file of benchmarks/,
 optionally divided or multiplied by a number or by another pointer. A value matches when it rounds to the figure as
-written (to its decimals). `unsourced_figures` names each figure without a source and each source that does not
+written (to its decimals). A bound's words make no measurement of an approximation: "within about 10 minutes" needs a
+source as "about 10 minutes" does.
+
+Two kinds of figure are checked beyond those with a unit. A time in words that approximates a measurement ("about a
+minute", "a minute or two", "a few minutes", "well over an hour") cannot carry a source: it is named, to be written
+as the measured figure with its note, or left out. A score, a number with decimals within a few words of "BLEU",
+"chrF" or "perplexity", needs a source too, unless it is one of the paper's own figures (benchmarks/paper-table3.json,
+or the difference of two of them), which the docs quote. `unsourced_figures` names each figure without a source and each source that does not
 match; `user_texts` lists what a user reads: README.md, docs/*.md but the experiments' log (each of its entries is
 a measurement in its own right, with its version and JSON) and the recipes' comments in configs/; model_card.md is
 rendered whole from its template, its recipe's config and JSON (`render_figures.py --check` compares it).
@@ -38,8 +45,18 @@ _TERM = re.compile(
     r"^(?P<file>[\w.-]+\.json)#(?P<pointer>/\S*)"
     r"(?:\s*(?P<operator>[/*])\s*(?:(?P<number>\d+(?:\.\d+)?)|(?P<file2>[\w.-]+\.json)#(?P<pointer2>/\S*)))?$"
 )
-BOUNDS = re.compile(r"\b(?:at least|at most|up to|under|within|every|targets?|budget|limit|over)\s+(?:about\s+)?$",
-                    flags=re.I)
+BOUNDS = re.compile(r"\b(?:at least|at most|up to|under|within|every|targets?|budget|limit|over)\s+$", flags=re.I)
+_COUNT_WORD = r"(?:a|an|one|two|three|four|five|ten|a few|a couple of|several|some)"
+_TIME_WORD = r"(?:seconds?|minutes?|hours?)"
+TIME_IN_WORDS = re.compile(
+    rf"\b(?:(?:about|around|roughly|nearly|almost|well over|well under|just over|just under)\s+{_COUNT_WORD}\s+"
+    rf"{_TIME_WORD}|(?:a few|a couple of|several)\s+{_TIME_WORD}|an? {_TIME_WORD} or (?:two|so))\b",
+    flags=re.I,
+)
+SCORE = re.compile(r"(?<![\w.,/#§-])(?P<score>\d+\.\d+)(?![\w.]*\d)(?!\s?(?:[x×%]|e-))")
+_METRIC = re.compile(r"\b(?:BLEU|chrF|perplexit(?:y|ies))\b", flags=re.I)
+METRIC_REACH = 40  # characters between a score and its metric's name
+PAPER = "paper-table3.json"
 _BLOCK_OPEN = re.compile(r"^<!-- (?:figures|output|excerpt): \S+ -->$")
 _BLOCK_CLOSE = re.compile(r"^<!-- /(?:figures|output|excerpt) -->$")
 LOG = "docs/experiments.md"
@@ -75,6 +92,38 @@ def _matches(written: str, value: float) -> bool:
     return f"{value:.{decimals}f}" == f"{float(number):.{decimals}f}"
 
 
+def paper_figures(benchmarks: Benchmarks) -> set[float]:
+    """The paper's own figures the docs may quote without a source: every number of benchmarks/paper-table3.json,
+    and the difference of two of one kind (two rows' BLEU, or two rows' perplexity: a row against its base)."""
+    by_kind: dict[str, set[float]] = {}
+
+    def collect(value, kind: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                collect(item, key)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item, kind)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            by_kind.setdefault(kind, set()).add(float(value))
+
+    try:
+        collect(benchmarks(PAPER), "")
+    except FiguresError:
+        return set()
+    numbers = set().union(*by_kind.values())
+    return numbers | {round(abs(a - b), 6) for kind in by_kind.values() for a in kind for b in kind}
+
+
+def _scores_of_line(line: str, spans: list[tuple[int, int]]) -> list[re.Match]:
+    """The numbers with decimals of `line` within METRIC_REACH characters of a metric's name, outside code spans."""
+    metrics = [match.span() for match in _METRIC.finditer(line)]
+    return [match for match in SCORE.finditer(line)
+            if not any(start <= match.start() < end for start, end in spans)
+            and any(start - METRIC_REACH <= match.end() and match.start() <= end + METRIC_REACH
+                    for start, end in metrics)]
+
+
 def _figures_of_line(line: str) -> list[re.Match]:
     """The measured figures of a line: outside code spans, not after a bound's words."""
     spans = [match.span() for match in re.finditer(r"`[^`]*`", line)]
@@ -91,25 +140,44 @@ def _figures_of_line(line: str) -> list[re.Match]:
 def line_problems(line: str, benchmarks: Benchmarks) -> list[str]:
     """Each figure of `line` without a source note right after it, and each note whose values do not match."""
     problems = []
-    figures = _figures_of_line(SOURCE.sub(lambda m: " " * len(m.group()), line))
+    blanked = SOURCE.sub(lambda m: " " * len(m.group()), line)
+    figures = _figures_of_line(blanked)
     sources = list(SOURCE.finditer(line))
+    spans = [match.span() for match in re.finditer(r"`[^`]*`", blanked)]
+    for words in TIME_IN_WORDS.finditer(blanked):
+        if not any(start <= words.start() < end for start, end in spans):
+            problems.append(f"{words.group()!r} is a measured time in words: write the measured figure with its "
+                            f"source note, or leave it out")
+    covered = [(figure.start(), figure.end()) for figure in figures]
+    paper = None
+    for score in _scores_of_line(blanked, spans):
+        if any(start <= score.start() < end for start, end in covered):
+            continue  # a figure with a unit, checked below
+        if any(source.start() == score.end() for source in sources):
+            figures.append(score)  # sourced: checked below as any figure
+            continue
+        paper = paper_figures(benchmarks) if paper is None else paper
+        if not any(_matches(score["score"], value) for value in paper):
+            problems.append(f"{score['score']!r} is a score with no source (a rendered block, or "
+                            f"'<!-- source: FILE.json#/pointer -->' right after it) and not one of the paper's figures")
     for figure in figures:
         note = next((source for source in sources if source.start() == figure.end()), None)
         if note is None:
-            problems.append(f"{figure['figure']!r} has no source (a rendered block, or "
+            problems.append(f"{figure.group()!r} has no source (a rendered block, or "
                             f"'<!-- source: FILE.json#/pointer -->' right after it)")
             continue
-        numbers = [number for number in (figure["first"], figure["second"]) if number]
+        groups = figure.groupdict()
+        numbers = [number for number in (groups.get("first"), groups.get("second"), groups.get("score")) if number]
         try:
             values = [_value(term, benchmarks) for term in note["expression"].split(",")]
         except FiguresError as error:
-            problems.append(f"{figure['figure']!r}: {error}")
+            problems.append(f"{figure.group()!r}: {error}")
             continue
         if len(values) != len(numbers):
-            problems.append(f"{figure['figure']!r} states {len(numbers)} number(s), its source gives {len(values)}")
+            problems.append(f"{figure.group()!r} states {len(numbers)} number(s), its source gives {len(values)}")
         elif not all(_matches(number, value) for number, value in zip(numbers, values)):
             shown = ", ".join(f"{value:g}" for value in values)
-            problems.append(f"{figure['figure']!r} is not what its source holds ({shown})")
+            problems.append(f"{figure.group()!r} is not what its source holds ({shown})")
     return problems
 
 
@@ -147,4 +215,5 @@ def check_sources(root: str | Path = REPOSITORY, help_texts: dict[str, str] | No
     return problems
 
 
-__all__ = ["FIGURE", "SOURCE", "check_sources", "line_problems", "unsourced_figures", "user_texts"]
+__all__ = ["FIGURE", "SCORE", "SOURCE", "TIME_IN_WORDS", "check_sources", "line_problems", "paper_figures",
+           "unsourced_figures", "user_texts"]
