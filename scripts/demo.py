@@ -1,8 +1,8 @@
 """Serve a model folder's page in the browser: type a sentence, see its translation and where each word looked
 (encoder-decoder, encoder and decoder self-attention, layer by layer, head by head or their average).
 
-    python scripts/demo.py                                   # the copy task's model, outputs/copy-tiny
-    python scripts/demo.py outputs/multi30k-de-en-cpu-avg5 --port 7860
+    python scripts/demo.py                                   # the repository's German->English model
+    python scripts/demo.py outputs/copy-tiny --port 7860     # the copy task's, which `train.py` trains by default
     python scripts/demo.py MODEL --time "Ein Hund läuft über die Wiese." --num_beams 4   # seconds; no page
 
 The page is at http://127.0.0.1:7860 (the next free port when 7860 is taken), on this computer only unless --host
@@ -19,17 +19,17 @@ import transformers
 from modeling.common.command_line import OneLineErrorParser, check_utf8_arguments, positive_int
 from modeling.inference.demo import DEFAULT_HOST, TranslationDemo, require_gradio, serve, time_translation
 from modeling.inference.example_sentences import example_sentences
-from modeling.inference.translation import check_model_folder
+from modeling.inference.translation import SHIPPED_MODEL, check_model_folder
 
-COPY_TASK_MODEL = Path("outputs/copy-tiny")  # what `accelerate launch scripts/train.py` writes (configs/copy_tiny.yaml)
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / SHIPPED_MODEL
 
 
 def build_parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(prog="demo.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", default=None,
-                        help=f"a model folder written by train.py or average_checkpoints.py (default: {COPY_TASK_MODEL},"
-                        " the copy task's model that `accelerate launch scripts/train.py` trains)")
+                        help=f"a model folder written by train.py or average_checkpoints.py (default: {SHIPPED_MODEL}, "
+                        "the German->English model in the repository)")
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to serve on (default {DEFAULT_HOST}: this computer only)")
     parser.add_argument("--port", type=positive_int, default=None,
@@ -46,13 +46,8 @@ def build_parser() -> OneLineErrorParser:
 
 
 def model_folder(model: str | None) -> Path:
-    """The folder to serve: `model`, or the copy task's when it is None; ValueError when that one is not there."""
-    if model is not None:
-        return Path(model)
-    if not COPY_TASK_MODEL.exists():
-        raise ValueError(f"no model given and {COPY_TASK_MODEL} does not exist: train the copy task first "
-                         "(accelerate launch scripts/train.py), or give a model folder")
-    return COPY_TASK_MODEL
+    """The folder to serve: `model`, or the repository's German->English model when it is None."""
+    return Path(model) if model is not None else DEFAULT_MODEL
 
 
 def main(argv=None) -> None:

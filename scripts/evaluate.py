@@ -14,7 +14,10 @@ the same test set there is overwritten, one of another test set of the same name
 and prints one summary line. When MODEL is a folder, the scores, their signatures and this command also go into
 its model card (MODEL/README.md) as a section "Evaluation: <test set name>, beam <n>", replacing an earlier one of
 that name and beam (two test sets of one name, kept apart with --output_dir, share that section: the last one
-scored is the one it shows).
+scored is the one it shows); --keep_card leaves the card alone.
+
+    python scripts/evaluate.py models/multi30k-de-en-cpu --data_dir data/multi30k --split test_2016_flickr \
+        --source_lang de --target_lang en --num_beams 4 --max_tokens 4096 --output_dir outputs/eval-test --keep_card
 """
 
 import argparse
@@ -58,6 +61,9 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--max_tokens", type=positive_int, help="cap on padded source tokens per batch")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--keep_card", action="store_true",
+                        help="leave MODEL's card as it is (the scores go to --output_dir only): for a folder that "
+                        "is not yours to change, such as the repository's models/multi30k-de-en-cpu")
     return parser
 
 
@@ -78,7 +84,8 @@ def main(argv=None) -> None:
         else:
             test_set = read_test_set_files(args.source, args.reference)
         check_model_folder(args.model)
-        check_card_writable(args.model)
+        if not args.keep_card:
+            check_card_writable(args.model)
         device = resolve_device(args.device)
         output_dir = args.output_dir or default_output_dir(args.model, test_set.name)
         progress = not args.quiet and sys.stderr.isatty()
@@ -89,7 +96,9 @@ def main(argv=None) -> None:
             batch_size=args.batch_size,
             max_tokens=args.max_tokens, max_new_tokens=args.max_new_tokens, device=device, progress=progress,
         )
-        record_evaluation(args.model, results, shlex.join(["python", "scripts/evaluate.py", *(argv or sys.argv[1:])]))
+        if not args.keep_card:
+            record_evaluation(args.model, results,
+                              shlex.join(["python", "scripts/evaluate.py", *(argv or sys.argv[1:])]))
     except (OSError, ValueError) as error:  # OSError: also weights that changed on disk (CorruptWeightsError)
         parser.error(str(error))
     print(f"{summary_line(results)} -> {output_dir}")

@@ -1,9 +1,13 @@
 """Translate with a model folder written by scripts/train.py (or a Hub id), through the Auto classes.
 
+    python scripts/translate.py "Ein Hund läuft über die Wiese."      # the repository's German->English model
     python scripts/translate.py outputs/copy-tiny "5 3 9 7 0 1 5"
     python scripts/translate.py MODEL --input source.txt --output hypotheses.txt --num_beams 4 --max_tokens 4096
-    echo "Ein Hund läuft." | python scripts/translate.py MODEL
+    echo "Ein Hund läuft." | python scripts/translate.py
     python scripts/translate.py --engine ctranslate2 --quantization int8 CT2_MODEL --input source.txt
+
+MODEL, the first word, is a folder, or a Hub id (owner/name); without one, the German->English model committed with
+the repository translates (models/multi30k-de-en-cpu: the CPU recipe's, its card says how it was made and scored).
 
 Texts come from the arguments, else from --input (UTF-8, one sentence per line), else from standard input; one
 line comes out per line in, in input order (sentences are batched by length). Empty lines stay empty. A sentence
@@ -31,24 +35,30 @@ from modeling.common.command_line import (
 )
 from modeling.inference.translation import (
     ENGINES,
+    SHIPPED_MODEL,
     check_compute_type,
     check_ctranslate2_folder,
     check_model_folder,
     load_translation_model,
+    model_and_texts,
     resolve_device,
     translate,
     translate_with_ctranslate2,
 )
 from modeling.tokenization import read_lines
 
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / SHIPPED_MODEL
+
 
 def build_parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(
         prog="translate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", help="a model folder (the output_dir of scripts/train.py) or a Hub id; with "
-                        "--engine ctranslate2, a folder written by scripts/export_ctranslate2.py")
-    parser.add_argument("texts", nargs="*", help="sentences to translate")
+    parser.add_argument("words", nargs="*", metavar="[MODEL] TEXT",
+                        help="MODEL: a model folder (the output_dir of scripts/train.py) or a Hub id (owner/name); "
+                        "with --engine ctranslate2, a folder written by scripts/export_ctranslate2.py (default: "
+                        f"{SHIPPED_MODEL}, the German->English model in the repository); then the sentences to "
+                        "translate")
     parser.add_argument("--input", type=Path, help="a UTF-8 text file, one sentence per line")
     parser.add_argument("--output", type=Path, help="write the translations here (default: standard output)")
     parser.add_argument("--num_beams", type=positive_int, help="beam size (default: the model's, from training)")
@@ -68,6 +78,7 @@ def build_parser() -> OneLineErrorParser:
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)  # options may stand between the model and the sentences
+    args.model, args.texts = model_and_texts(args.words, DEFAULT_MODEL)
     try:  # everything that can be checked is checked before the model loads
         if args.texts and args.input:
             raise ValueError("give sentences as arguments or --input, not both")

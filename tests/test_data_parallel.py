@@ -44,3 +44,20 @@ def test_the_scaling_of_two_results_and_the_published_reference(tmp_path):
     assert written["reference"]["efficiency"] == pytest.approx(6.72 / 8)
     with pytest.raises(ValueError, match="need one process and several of one engine, got 8 \\(ddp\\) and 1"):
         data_parallel.scaling(many, one)
+
+
+def test_the_count_is_reduced_on_the_device_the_groups_backend_serves(monkeypatch):
+    """NCCL reduces CUDA tensors only: the count goes to the process's GPU there, to the CPU for gloo (the reduction
+    on a CPU tensor under NCCL crashed the GPU scaling step after its timing)."""
+    gpu = torch.device("cuda", 1)
+    assert data_parallel.reduction_device("nccl", gpu) == gpu
+    assert data_parallel.reduction_device("gloo", gpu) == torch.device("cpu")
+    assert data_parallel.reduction_device("gloo", torch.device("cpu")) == torch.device("cpu")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        total = data_parallel.summed(41, torch.device("cpu"))
+        assert total.device == torch.device("cpu") and total.item() == 41
+    finally:
+        torch.distributed.destroy_process_group()

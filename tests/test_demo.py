@@ -1,7 +1,8 @@
 """scripts/demo.py, its page (`modeling.inference.demo`) and its Space (`modeling.inference.space`), through the real
-interfaces: `python scripts/demo.py` serving the main job's folder, driven by gradio_client and by headless Chromium
-(Playwright, with the system's browser); the Space that push_to_hub.py --space writes, copied out of the repository
-and started with `python app.py`."""
+interfaces: `python scripts/demo.py` serving, without arguments, the German->English model the repository ships,
+driven by gradio_client and by headless Chromium (Playwright, with the system's browser); the Space that
+push_to_hub.py --space writes of that model, copied out of the repository and started with `python app.py`; the
+main job's copy-task folder for the rest."""
 
 import base64
 import contextlib
@@ -37,11 +38,14 @@ from modeling.inference.demo import AVERAGE, TranslationDemo  # noqa: E402
 from modeling.inference.example_sentences import example_sentences  # noqa: E402
 from modeling.inference.hub import HubUploadError  # noqa: E402
 from modeling.inference.space import push_space_to_hub, space_files  # noqa: E402
+from modeling.inference.translation import SHIPPED_MODEL  # noqa: E402
 from modeling.training.argument_parsing import parse_arguments  # noqa: E402
 from modeling.training.run import train  # noqa: E402
 from tools.demo_screenshot import chromium_page, chromium_problem, translate_on_page  # noqa: E402
 
 LINE = "5 3 9 7 0 1 5"  # a copy-task line: its translation is itself
+SENTENCE = "Ein Hund läuft über die Wiese."  # for the shipped German->English model
+SHIPPED = REPO_ROOT / SHIPPED_MODEL
 COPY_CONFIG = REPO_ROOT / "configs" / "copy_tiny.yaml"
 STARTUP_SECONDS = 120
 demo_script = load_script("demo")
@@ -143,30 +147,38 @@ SPACE_RUN = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def space(main_job_folder, tmp_path_factory) -> dict:
-    """`push_to_hub.py MODEL you/copy-demo --space --dry_run --space_dir DIR`: what it listed, the folder it wrote,
-    and a copy of that folder outside the repository."""
+def space(tmp_path_factory) -> dict:
+    """`push_to_hub.py models/multi30k-de-en-cpu you/transformer-de-en --space --dry_run --space_dir DIR`: what it
+    listed, the folder it wrote, and a copy of that folder outside the repository."""
     space_dir = tmp_path_factory.mktemp("space") / "written"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        push_script.main([str(main_job_folder), "you/copy-demo", "--space", "--dry_run", "--space_dir", str(space_dir)])
+        push_script.main([str(SHIPPED), "you/transformer-de-en", "--space", "--dry_run", "--space_dir", str(space_dir)])
     listed = [line.strip() for line in printed.getvalue().splitlines() if line.startswith("  ")]
-    copy = Path(shutil.copytree(space_dir, tmp_path_factory.mktemp("elsewhere") / "copy-demo"))
+    copy = Path(shutil.copytree(space_dir, tmp_path_factory.mktemp("elsewhere") / "transformer-de-en"))
     return {"listed": listed, "dir": space_dir, "copy": copy}
 
 
 @pytest.fixture(scope="module")
-def pages(main_job_folder, space, tmp_path_factory) -> dict:
+def shipped():
+    """The shipped model as the page loads it, and its greedy translation of SENTENCE in at most 16 tokens."""
+    model, tokenizer, target_tokenizer = load_attention_model(SHIPPED)
+    generated = model.generate(**tokenizer([SENTENCE], return_tensors="pt"), num_beams=1, max_new_tokens=16)
+    return model, tokenizer, target_tokenizer, target_tokenizer.decode(generated[0], skip_special_tokens=True).strip()
+
+
+@pytest.fixture(scope="module")
+def pages(space, tmp_path_factory) -> dict:
     """Two servers, started together since each spends seconds importing gradio and torch: "demo", `python
-    scripts/demo.py --port P` without a model, run where the main job wrote outputs/copy-tiny; and "space",
-    `python app.py` in the Space's copy outside the repository."""
+    scripts/demo.py --port P` without a model, run from another folder; and "space", `python app.py` in the Space's
+    copy outside the repository."""
     logs = tmp_path_factory.mktemp("logs")
     demo_env = {**os.environ, **SCRIPT_ENV, "OMP_NUM_THREADS": "1"}
     space_env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     space_env.update(OFFLINE_ENV, OMP_NUM_THREADS="1")
     servers = {
-        "demo": Server([sys.executable, str(REPO_ROOT / "scripts" / "demo.py")], main_job_folder.parents[1],
-                       demo_env, logs / "demo.log", port_flag=True),
+        "demo": Server([sys.executable, str(REPO_ROOT / "scripts" / "demo.py")], logs, demo_env, logs / "demo.log",
+                       port_flag=True),
         "space": Server([sys.executable, "-c", SPACE_RUN, str(REPO_ROOT), str(space["copy"])], space["copy"],
                         space_env, logs / "space.log", port_flag=False),
     }
@@ -193,24 +205,27 @@ def png_size(plot: dict) -> tuple[int, int]:
 # ---- the page through gradio_client ---------------------------------------------------------------------------------
 
 
-def test_without_arguments_it_serves_the_main_jobs_model_and_shows_the_pairs_attention(served, main_job_folder):
-    """A copy-task line translates into itself; the heatmap is the pair's encoder-decoder attention of the last
-    layer averaged over heads, target tokens (after <s>) down, source tokens (and </s>) across, as the model gives
-    it; the selectors show each kind, layer and head of the same pair."""
+def test_without_arguments_it_serves_the_shipped_model_and_shows_the_pairs_attention(served, shipped):
+    """German in, the shipped model's English out (its greedy translation); the heatmap is the pair's
+    encoder-decoder attention of the last layer averaged over heads, target tokens (after <s>) down, source tokens
+    (and </s>) across, as the model gives it; the selectors show each kind, layer and head of the same pair."""
+    model, tokenizer, target_tokenizer, english = shipped
+    assert english and english != SENTENCE
     client = Client(served, verbose=False)
-    translation, note, heatmap, weights = client.predict(LINE, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
-    assert (translation, note) == (LINE, "")
-    model, tokenizer, target_tokenizer = load_attention_model(main_job_folder)
-    expected = sentence_attention(model, tokenizer, LINE, LINE, target_tokenizer)
+    last = model.config.decoder_layers - 1
+    translation, note, heatmap, weights = client.predict(SENTENCE, 1, 16, "cross", last, AVERAGE,
+                                                         api_name="/translate")
+    assert (translation, note) == (english, "")
+    expected = sentence_attention(model, tokenizer, SENTENCE, english, target_tokenizer)
     assert weights["keys"] == expected.source_tokens and weights["keys"][-1] == "</s>"
     assert weights["queries"] == expected.target_tokens and weights["queries"][0] == "<s>"
     shown = torch.tensor(weights["weights"])
-    assert shown.shape == (len(LINE.split()) + 1, len(LINE.split()) + 1)  # <s> + 7 digits down, 7 digits + </s> across
-    torch.testing.assert_close(shown, expected.weights["cross"][1].mean(0), atol=1e-4, rtol=0)
+    assert shown.shape == (len(expected.target_tokens), len(expected.source_tokens))
+    torch.testing.assert_close(shown, expected.weights["cross"][last].mean(0), atol=1e-4, rtol=0)
     width, height = png_size(heatmap)
     assert width > 200 and height > 200
 
-    for kind, layer, head, stack in (("encoder", 0, "2", "encoder"), ("decoder", 1, "0", "decoder")):
+    for kind, layer, head, stack in (("encoder", 0, "2", "encoder"), ("decoder", last, "0", "decoder")):
         heatmap, weights, note = client.predict(kind, layer, head, api_name="/attention")
         assert note == "" and (weights["kind"], weights["layer"], weights["head"]) == (kind, layer, int(head))
         torch.testing.assert_close(torch.tensor(weights["weights"]), expected.weights[kind][layer][int(head)],
@@ -220,19 +235,19 @@ def test_without_arguments_it_serves_the_main_jobs_model_and_shows_the_pairs_att
     assert torch.all(torch.tensor(weights["weights"]).triu(1) == 0)  # the decoder's: masked
 
 
-def test_bad_input_is_answered_on_the_page_in_one_line(served, main_job_folder):
+def test_bad_input_is_answered_on_the_page_in_one_line(served):
     client = Client(served, verbose=False)
     for empty in ("", "   "):
         translation, note, heatmap, weights = client.predict(empty, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
         assert (translation, heatmap, weights) == ("", None, None)
         assert note == f"the source sentence {empty.strip()!r} is empty: give a sentence to translate"
 
-    positions = json.loads((main_job_folder / "config.json").read_text())["max_position_embeddings"]
+    positions = json.loads((SHIPPED / "config.json").read_text())["max_position_embeddings"]
     long_line = " ".join(str(i % 10) for i in range(positions + 20))  # one token per digit, and </s>
     translation, note, heatmap, weights = client.predict(long_line, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
     assert note == (f"The sentence has {positions + 21} tokens (`</s>` included), more than the model's "
                     f"{positions} positions: its first {positions - 1} tokens were translated.")
-    assert 0 < len(translation.split()) <= 16  # the maximum length; a copy of 255 digits is beyond this model
+    assert 0 < len(translation.split()) <= 16  # the maximum length
     assert len(weights["keys"]) == positions and weights["keys"][-1] == "</s>"
 
     with pytest.raises(AppError, match=r"^Value 0 is less than minimum value 1\.$"):  # the slider's own range
@@ -261,8 +276,8 @@ def test_a_browser_types_translates_and_sees_the_heatmap(served, tmp_path):
     if problem is not None:
         pytest.skip(problem)
     with chromium_page() as page:
-        seen = translate_on_page(page, served, LINE)
-        assert seen["translation"] == LINE and seen["note"] == ""
+        seen = translate_on_page(page, served, SENTENCE)
+        assert seen["translation"] and seen["translation"] != SENTENCE and seen["note"] == ""
         assert seen["heatmap"][0] > 200 and seen["heatmap"][1] > 200
         page.screenshot(path=str(tmp_path / "demo.png"), full_page=True)
         picture = page.locator("#heatmap img")
@@ -284,9 +299,7 @@ def refusal(capsys, *argv) -> str:
 
 
 def test_a_missing_or_broken_folder_is_refused_at_start_in_one_line(main_job_folder, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # no outputs/copy-tiny here
-    assert_one_line_error(refusal(capsys), "demo.py", r"no model given and outputs/copy-tiny does not exist: train the "
-                          r"copy task first \(accelerate launch scripts/train.py\)")
+    monkeypatch.chdir(tmp_path)
     assert_one_line_error(refusal(capsys, str(tmp_path / "missing")), "demo.py", r"missing does not exist")
     broken = tmp_path / "broken"
     shutil.copytree(main_job_folder, broken)
@@ -326,7 +339,7 @@ def test_examples_are_the_cards_sentence_then_the_validation_splits_first(main_j
 
 # ---- the Space ------------------------------------------------------------------------------------------------------
 
-def test_the_space_runs_with_python_app_py_from_a_copy_outside_the_repository(space, pages):
+def test_the_space_runs_with_python_app_py_from_a_copy_outside_the_repository(space, pages, shipped):
     listed, space_dir = space["listed"], space["dir"]
     written = sorted(path.relative_to(space_dir).as_posix() for path in space_dir.rglob("*") if path.is_file())
     assert listed == written
@@ -336,17 +349,18 @@ def test_the_space_runs_with_python_app_py_from_a_copy_outside_the_repository(sp
                    for name in listed)
 
     card = SpaceCard.load(space_dir / "README.md")
-    assert card.data.sdk == "gradio" and card.data.title == "copy-demo" and card.data.app_file == "app.py"
+    assert card.data.sdk == "gradio" and card.data.title == "transformer-de-en" and card.data.app_file == "app.py"
     import gradio
 
-    assert card.data.sdk_version == gradio.__version__ and "`copy-tiny`" in card.text
+    assert card.data.sdk_version == gradio.__version__ and f"`{SHIPPED.name}`" in card.text
     requirements = [Requirement(line) for line in (space_dir / "requirements.txt").read_text().splitlines()]
     assert {requirement.name for requirement in requirements} >= {"torch", "transformers", "matplotlib"}
 
     assert not space["copy"].is_relative_to(REPO_ROOT)
+    english = shipped[3]
     translation, note, _, weights = Client(pages["space"], verbose=False).predict(
-        LINE, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
-    assert (translation, note) == (LINE, "") and len(weights["keys"]) == len(LINE.split()) + 1
+        SENTENCE, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
+    assert (translation, note) == (english, "") and weights["keys"][-1] == "</s>"
 
 
 def test_push_to_hub_space_refuses_what_it_cannot_do_in_one_line(main_job_folder, tmp_path, capsys):

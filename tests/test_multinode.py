@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -26,11 +27,14 @@ from modeling.common.hardware import describe_run
 from modeling.training.checkpoints import checkpoint_problem
 from modeling.training.run import launch_command
 from modeling.training.world import (
+    PREPARATION_TIMEOUT,
     Heartbeats,
+    Verdict,
     World,
     is_lost_peer_error,
     lost_peer_error_in,
     lost_process_message,
+    timeout_that_fired,
 )
 
 # ---- the parts ----------------------------------------------------------------------------------------------------
@@ -76,38 +80,130 @@ def test_the_lost_process_line_names_the_process_how_and_where_to_resume():
     world = World(processes=2, rank=0, local_rank=0, local_processes=1, machines=2, machine=0,
                   store=("127.0.0.1", 29500))
     closed = RuntimeError("Connection closed by peer [127.0.0.1]:5")
-    assert lost_process_message(world, [1], closed, 9, 600, "run/checkpoint-8") == (
+    lost = Verdict("read", lost=(1,))
+    assert lost_process_message(world, lost, closed, 9, 600, "run/checkpoint-8") == (
         "rank 0 (machine 0) stopped after optimizer step 9: lost rank 1 (machine 1) (its connection closed); resume "
         "on every machine with --resume_from_checkpoint last (the newest complete checkpoint: run/checkpoint-8)")
     timed_out = RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv")
     assert "lost rank 1 (machine 1) (no answer within --ddp_timeout 20 s)" in lost_process_message(
-        world, [1], timed_out, 9, 20, None)
-    assert lost_process_message(world, [1], closed, None, 600, None).endswith(
+        world, lost, timed_out, 9, 20, None)
+    assert lost_process_message(world, lost, closed, None, 600, None).endswith(
         "before training: lost rank 1 (machine 1) (its connection closed); no complete checkpoint was saved: start "
         "the run again")
     second = World(processes=2, rank=1, local_rank=0, local_processes=1, machines=2, machine=1,
                    store=("10.0.0.1", 29500))
-    assert "lost machine 0, which keeps the run's store at 10.0.0.1:29500, with rank 0 (its connection closed)" in \
-        lost_process_message(second, None, closed, 3, 600, "run/checkpoint-2")
+    assert "lost rank 0 (machine 0) (its connection closed; the run's store at 10.0.0.1:29500, on machine 0, too)" \
+        in lost_process_message(second, Verdict("gone"), closed, 3, 600, "run/checkpoint-2")
+    stuck = lost_process_message(world, Verdict("read", behind=((1, 1),)), timed_out, 9, 20, None)
+    assert "waited for rank 1 (machine 1), alive but 1 optimizer step behind (no answer within --ddp_timeout 20 s)" \
+        in stuck
+    ended = lost_process_message(world, Verdict("read", ended=(1,)), closed, 9, 20, None)
+    assert "rank 1 (machine 1) ended on its own, whose log says why (its connection closed)" in ended
+    assert "lost another process of the run" in lost_process_message(world, Verdict("no heartbeats"), closed, 9, 20,
+                                                                      None)
 
 
-def test_heartbeats_tell_a_stopped_process_from_one_that_beats():
-    """Two processes' heartbeats in a real store: the one that stops beating is the lost one; with the store gone,
-    no count can be read (the first machine, which keeps it, is lost)."""
+def test_the_line_names_the_timeout_that_fired():
+    """Training's collectives wait --ddp_timeout; the waits for another process's preparation or final writes have
+    their own hours (`PREPARATION_TIMEOUT`): the line names the one whose milliseconds the error gives."""
+    hours = PREPARATION_TIMEOUT.total_seconds()
+    preparation = RuntimeError(f"[gloo] Timed out waiting {int(hours * 1000)}ms for recv operation to complete")
+    training = RuntimeError("[gloo] Timed out waiting 600000ms for recv operation to complete")
+    assert timeout_that_fired(training, 600) == "--ddp_timeout 600 s"
+    assert timeout_that_fired(preparation, 600) == (f"the {hours / 3600:g}-hour wait for another process's "
+                                                    "preparation or final writes")
+    assert timeout_that_fired(RuntimeError("Socket Timeout"), 600) == "--ddp_timeout 600 s"
+    assert timeout_that_fired(RuntimeError("Timed out waiting 5000ms"), 600) == "a timeout of 5 s"
+
+
+class CountedStore:
+    """A store connection that counts the calls made through it (and can fail its next `add`s)."""
+
+    def __init__(self, store, calls: list):
+        self.store, self.calls, self.failing = store, calls, 0
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append(name)
+            if name == "add" and self.failing:
+                self.failing -= 1
+                raise RuntimeError("the store did not answer")
+            return getattr(self.store, name)(*args)
+        return call
+
+
+def heartbeat_worlds(port: int, processes: int = 3) -> list[World]:
+    return [World(processes=processes, rank=rank, local_processes=1, machines=processes, machine=rank,
+                  store=("127.0.0.1", port)) for rank in range(processes)]
+
+
+def test_heartbeats_tell_the_lost_the_behind_and_the_ended_in_one_read_each(monkeypatch):
+    """Three processes' heartbeats in a real store: one that stops beating is lost; one that beats but began fewer
+    steps is behind (stuck in a read or a collective that lets its heartbeat run); one that ended on its own is
+    neither. A check reads every rank's keys in one `multi_get`, twice, whatever the number of processes."""
     port = free_port()
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                                        timeout=timedelta(seconds=5))
-    worlds = [World(processes=2, rank=rank, local_processes=1, machines=2, machine=rank, store=("127.0.0.1", port))
-              for rank in (0, 1)]
-    first, second = (Heartbeats(world, interval=0.1).start() for world in worlds)
+    beats = [Heartbeats(world, interval=0.1).start() for world in heartbeat_worlds(port)]
     time.sleep(0.3)
-    assert first.lost() == [] and second.lost() == []
-    second.stop()
+    assert beats[0].check() == Verdict("read")
+    for heartbeat in beats[:2]:
+        heartbeat.step_began()
+    beats[0].step_began()  # rank 0 began a second step, rank 1 did not, rank 2 none
+    assert beats[0].check() == Verdict("read", behind=((1, 1), (2, 2)))
+    beats[2].ended()
+    assert beats[0].check() == Verdict("read", behind=((1, 1),), ended=(2,))
+    beats[1].stop()
     time.sleep(0.2)
-    assert first.lost() == [1]
-    first.stop()
-    del store
-    assert Heartbeats(worlds[1], interval=0.1).lost() is None  # it never beat, or the store is gone
+    assert beats[0].check() == Verdict("read", lost=(1,), ended=(2,))
+
+    calls = []
+    original = Heartbeats._connect
+    monkeypatch.setattr(Heartbeats, "_connect", lambda self: CountedStore(original(self), calls))
+    beats[0].check()
+    assert calls == ["multi_get", "multi_get"]  # not one read per process, nor N² across the processes
+    beats[0].stop()
+
+
+def test_a_beat_the_store_misses_is_retried_and_said_once(monkeypatch, caplog):
+    port = free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,  # noqa: F841
+                                       timeout=timedelta(seconds=5))
+    worlds = heartbeat_worlds(port, processes=2)
+    calls = []
+    original = Heartbeats._connect
+    connections = []
+
+    def counted(self):
+        connections.append(CountedStore(original(self), calls))
+        return connections[-1]
+
+    monkeypatch.setattr(Heartbeats, "_connect", counted)
+    watched = Heartbeats(worlds[1], interval=0.05).start()
+    connections[0].failing = 3  # three beats in a row fail
+    with caplog.at_level("WARNING", logger="modeling.training.world"):
+        time.sleep(0.6)
+    watched.stop()
+    monkeypatch.undo()
+    assert watched.failures >= 1 and len(connections) >= 2  # a failed beat: a new connection, and it went on
+    warnings = [record for record in caplog.records if "heartbeat to the run's store" in record.getMessage()]
+    assert len(warnings) == 1
+    observer = Heartbeats(worlds[0], interval=0.05)
+    assert observer._read(original(observer))["beats"][1] > 3  # the beats after the failure reached the store
+
+
+def test_no_heartbeats_and_a_store_that_is_gone_are_told_apart():
+    port = free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                                       timeout=timedelta(seconds=5))
+    worlds = heartbeat_worlds(port, processes=2)
+    assert Heartbeats(worlds[1], interval=0.1).check() == Verdict("no heartbeats")  # never started
+    alone = World(processes=1)
+    assert Heartbeats(alone).start().check() == Verdict("no heartbeats")
+    beating = Heartbeats(worlds[1], interval=0.1).start()
+    del store  # the first machine's launcher, which keeps it, is gone
+    assert beating.check() == Verdict("gone")
+    beating.stop()
 
 
 def test_a_checkpoint_of_two_processes_lacking_one_random_state_is_incomplete(tmp_path):
@@ -121,7 +217,8 @@ def test_a_checkpoint_of_two_processes_lacking_one_random_state_is_incomplete(tm
     assert checkpoint_problem(folder) == ("no rng_state_1.pth (a process's random generators' state): its save did "
                                           "not finish")
     (folder / "rng_state_1.pth").write_bytes(b"")
-    assert "rng_state" not in (checkpoint_problem(folder) or "")  # the next check: its optimizer state
+    assert checkpoint_problem(folder) == ("no optimizer.pt (the optimizer's state) and no scheduler.pt (the "
+                                          "learning-rate schedule's state): resuming would start them afresh")
 
 
 # ---- two machines on one ------------------------------------------------------------------------------------------
@@ -134,9 +231,10 @@ ENV = {**os.environ, **SCRIPT_ENV, "OMP_NUM_THREADS": "1"}
 
 
 def launch(output_dir: Path, *extra: str, machine: int | None = None, port: int | None = None,
-           processes: int = 2) -> subprocess.Popen:
+           processes: int = 2, env: dict | None = None) -> subprocess.Popen:
     """scripts/train.py as `machine` of two (one process each, meeting at `port` on the loopback address), or as
-    `processes` processes on one machine where `machine` is None; in a session of its own."""
+    `processes` processes on one machine where `machine` is None; in a session of its own; `env`: variables added to
+    its environment."""
     launcher = [sys.executable, "-m", "accelerate.commands.launch"]
     if machine is None:
         launcher += ["--multi_gpu", "--num_machines", "1", "--main_process_port", str(free_port())]
@@ -145,15 +243,62 @@ def launch(output_dir: Path, *extra: str, machine: int | None = None, port: int 
                      str(machine), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
     launcher += ["--num_processes", str(processes), "--mixed_precision", "no", "--dynamo_backend", "no"]
     return subprocess.Popen([*launcher, str(TRAIN_SCRIPT), *RUN, "--output_dir", str(output_dir), *extra],
-                            cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            cwd=REPO_ROOT, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
 
 
-def two_machines(folders, *extra: str) -> list[subprocess.Popen]:
-    """Machines 0 and 1, each writing into its folder of `folders` (one folder: both share it)."""
+def two_machines(folders, *extra: str, machine_1: dict | None = None) -> list[subprocess.Popen]:
+    """Machines 0 and 1, each writing into its folder of `folders` (one folder: both share it); `machine_1`: the
+    environment variables only machine 1 gets (a fault, `fault_env`)."""
     folders = list(folders) * (2 if len(folders) == 1 else 1)
     port = free_port()
-    return [launch(folder, *extra, machine=machine, port=port) for machine, folder in enumerate(folders)]
+    return [launch(folder, *extra, machine=machine, port=port, env=machine_1 if machine == 1 else None)
+            for machine, folder in enumerate(folders)]
+
+
+# A fault in machine 1's training process, put there by a `sitecustomize` module on its path (Python imports it at
+# start): FAULT=save:STEP sleeps in its part of checkpoint-STEP's save, before its random generators' state is written;
+# FAULT=step:STEP sleeps before beginning optimizer step STEP, its heartbeat thread still beating (a read that hangs).
+# Either way it writes the file FAULT_STARTED when it starts sleeping.
+FAULT = textwrap.dedent("""
+    import os, time
+    kind, _, step = os.environ.get("FAULT", ":").partition(":")
+    if kind and os.environ.get("RANK") == "1":
+        from pathlib import Path
+        import transformers.trainer as trainer_module
+
+        def hang():
+            Path(os.environ["FAULT_STARTED"]).touch()
+            time.sleep(3600)
+
+        if kind == "save":
+            original = trainer_module.Trainer._save_rng_state
+
+            def _save_rng_state(self, output_dir):
+                if str(output_dir).endswith(f"checkpoint-{step}"):
+                    hang()
+                return original(self, output_dir)
+
+            trainer_module.Trainer._save_rng_state = _save_rng_state
+        elif kind == "step":
+            original = trainer_module.Trainer.get_batch_samples
+
+            def get_batch_samples(self, *args, **kwargs):
+                if self.state.global_step + 1 == int(step):
+                    hang()
+                return original(self, *args, **kwargs)
+
+            trainer_module.Trainer.get_batch_samples = get_batch_samples
+""")
+
+
+def fault_env(tmp_path: Path, fault: str) -> dict:
+    """Machine 1's environment for `fault` (see FAULT)."""
+    folder = tmp_path / "fault"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(FAULT)
+    return {"FAULT": fault, "FAULT_STARTED": str(folder / "started"),
+            "PYTHONPATH": os.pathsep.join([str(folder), ENV.get("PYTHONPATH", "")])}
 
 
 def kill_all(process: subprocess.Popen) -> None:
@@ -285,9 +430,13 @@ LOST_LINE = re.compile(r"^train\.py: error: rank (\d) \(machine \d\) stopped aft
                        r"checkpoint: (\S+)\)$", flags=re.M)
 
 
-def assert_no_partial_checkpoint(folder: Path) -> None:
-    for name in checkpoints(folder):
-        assert checkpoint_problem(folder / name) is None, f"{name}: {checkpoint_problem(folder / name)}"
+def assert_newest_complete_named(folder: Path, resume_from: str) -> None:
+    """The line names the newest complete checkpoint; a save the loss cut short, if any, is newer and left for the
+    next launch to skip (never removed while another process may still write it)."""
+    complete = [name for name in checkpoints(folder) if checkpoint_problem(folder / name) is None]
+    assert complete and Path(resume_from) == folder / complete[-1], (resume_from, complete)
+    later = checkpoints(folder)[checkpoints(folder).index(complete[-1]) + 1:]
+    assert all(checkpoint_problem(folder / name) is not None for name in later)
 
 
 def resume_and_compare(folder: Path, expected: Path) -> None:
@@ -317,11 +466,9 @@ def test_a_killed_machine_stops_the_other_at_once_with_a_line_and_the_run_resume
     assert int(rank) == 1 - killed and int(step) >= 8
     if killed == 1:
         assert lost == "rank 1 (machine 1) (its connection closed)", lost
-    else:  # the store went with machine 0's launcher, or was still there to show rank 0's heartbeats stopped
-        assert re.fullmatch(r"machine 0, which keeps the run's store at 127\.0\.0\.1:\d+, with rank 0 \(its "
-                            r"connection closed\)|rank 0 \(machine 0\) \(its connection closed\)", lost), lost
-    assert_no_partial_checkpoint(folder)
-    assert Path(resume_from) == folder / checkpoints(folder)[-1]
+    else:  # whether machine 0's launcher, which keeps the store, was gone by then or not
+        assert lost.startswith("rank 0 (machine 0) (its connection closed"), lost
+    assert_newest_complete_named(folder, resume_from)
     resume_and_compare(folder, one_machine)
 
 
@@ -343,7 +490,7 @@ def test_a_frozen_machine_stops_the_other_after_the_ddp_timeout_and_the_run_resu
     lines = LOST_LINE.findall(stderr)
     assert len(lines) == 1 and lines[0][2] == "rank 1 (machine 1) (no answer within --ddp_timeout 15 s)", \
         stderr[-3000:]
-    assert_no_partial_checkpoint(folder)
+    assert_newest_complete_named(folder, lines[0][3])
     resume_and_compare(folder, one_machine)
 
 
@@ -371,3 +518,82 @@ def test_sigterm_to_one_machine_saves_the_step_on_both_and_the_run_resumes_exact
     assert int(lines[1][0][1]) == step and Path(lines[0][0][2]) == folder / f"checkpoint-{step}"
     assert checkpoint_problem(folder / f"checkpoint-{step}") is None
     resume_and_compare(folder, one_machine)
+
+
+def test_a_refusal_on_one_machine_ends_every_machine_at_once_with_its_reason(tmp_path):
+    """Machine 1 alone is given a --data_dir that does not exist: every check that can refuse runs before the first
+    shared step and its verdict is shared, so both machines end within seconds (the bound: 60 s on loopback), machine
+    1 with its own line and machine 0 with machine 1's reason, instead of waiting hours for it."""
+    folder, missing = tmp_path / "run", tmp_path / "no-such-corpus"
+    port = free_port()
+    started = time.monotonic()
+    machines = [launch(folder, machine=0, port=port), launch(folder, "--data_dir", str(missing), machine=1, port=port)]
+    results = [ended(machine, timeout=120) for machine in machines]
+    seconds = time.monotonic() - started
+    assert seconds < 60, seconds
+    refusals = [[line for line in stderr.splitlines() if line.startswith("train.py: error:")]
+                for _, _, stderr in results]
+    reason = f"--data_dir {missing} does not exist"
+    assert [status != 0 for status, _, _ in results] == [True, True]
+    assert len(refusals[1]) == 1 and refusals[1][0].startswith(f"train.py: error: {reason}"), results[1][2][-3000:]
+    assert len(refusals[0]) == 1 and refusals[0][0].startswith(f"train.py: error: machine 1: {reason}"), \
+        results[0][2][-3000:]
+    assert not any((folder / name).exists() for name in ("tokenizer.json", "checkpoint-4"))
+
+
+@pytest.mark.slow
+def test_a_machine_lost_during_a_save_leaves_a_complete_checkpoint_and_the_right_line(tmp_path):
+    """Machine 1 dies while it writes its part of checkpoint-8 (its random generators' state), with
+    save_total_limit 1. Machine 0 had written its part: the Trainer would have rotated checkpoint-4 away then, and a
+    survivor's clean-up removed the unfinished checkpoint-8 under machine 0's writes ("make room"). Now machine 0
+    names the lost machine, checkpoint-4 is still there and complete, checkpoint-8 is left as it is (incomplete), and
+    the run resumes from checkpoint-4 to the weights of a run never stopped."""
+    folder = tmp_path / "run"
+    fault = fault_env(tmp_path, "save:8")
+    machines = two_machines([folder], "--save_total_limit", "1", machine_1=fault)
+    wait_for(Path(fault["FAULT_STARTED"]), machines[:1], timeout=300)
+    wait_for(folder / "checkpoint-8" / "rng_state_0.pth", machines[:1], timeout=60)
+    time.sleep(2)  # machine 0 has written its part and waits for machine 1's
+    training_process(machines[1]).send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    status, _, stderr = ended(machines[0], timeout=120)
+    seconds = time.monotonic() - killed_at
+    ended(machines[1], timeout=60)
+    assert status != 0 and seconds < 15, (seconds, stderr[-3000:])
+    lines = LOST_LINE.findall(stderr)
+    assert len(lines) == 1 and lines[0][1] == "8" and lines[0][2] == "rank 1 (machine 1) (its connection closed)", \
+        stderr[-3000:]
+    assert "make room" not in stderr
+    assert checkpoints(folder) == ["checkpoint-4", "checkpoint-8"]
+    assert checkpoint_problem(folder / "checkpoint-4") is None
+    assert "rng_state_1.pth" in (checkpoint_problem(folder / "checkpoint-8") or "")
+    assert_newest_complete_named(folder, lines[0][3])
+
+    straight = tmp_path / "straight"
+    succeeded(*two_machines([straight], "--save_total_limit", "1"))
+    succeeded(*two_machines([folder], "--save_total_limit", "1", "--resume_from_checkpoint", "last"))
+    assert_same_weights(folder, straight)
+    assert checkpoints(folder) == checkpoints(straight) == ["checkpoint-16"]
+
+
+@pytest.mark.slow
+def test_a_machine_alive_but_stuck_before_a_step_is_named_within_the_ddp_timeout(tmp_path):
+    """Machine 1 hangs before optimizer step 10 in a call that lets its heartbeat thread run (a hung read of a
+    network file system, a collective that never returns): its heartbeat goes on, so it is not "lost", but it began
+    fewer steps, and machine 0's line names it within --ddp_timeout (15 s) and the heartbeats' check (3 s)."""
+    folder = tmp_path / "run"
+    fault = fault_env(tmp_path, "step:10")
+    machines = two_machines([folder], "--ddp_timeout", "15", machine_1=fault)
+    try:
+        wait_for(Path(fault["FAULT_STARTED"]), machines[:1], timeout=300)
+        stuck_at = time.monotonic()
+        status, _, stderr = ended(machines[0], timeout=120)
+        seconds = time.monotonic() - stuck_at
+    finally:
+        kill_all(machines[1])
+        ended(machines[1], timeout=60)
+    assert status != 0 and 15 <= seconds < 40, (seconds, stderr[-3000:])
+    assert re.search(r"^train\.py: error: rank 0 \(machine 0\) stopped after optimizer step 9: waited for rank 1 "
+                     r"\(machine 1\), alive but 1 optimizer step behind \(no answer within --ddp_timeout 15 s\); "
+                     r"resume on every machine with --resume_from_checkpoint last \(the newest complete checkpoint: "
+                     r"\S+checkpoint-8\)$", stderr, flags=re.M), stderr[-3000:]

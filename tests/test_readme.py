@@ -53,7 +53,7 @@ def test_the_readme_commands_reader_joins_continued_lines_and_skips_comments():
 def test_a_refusal_under_accelerate_launch_quiet_reaches_the_user_as_train_pys_one_line(tmp_path):
     """The README launches with `accelerate launch -q`: a refused run shows train.py's one line, not the launcher's
     traceback around it (which a plain `accelerate launch` adds, as the second run shows)."""
-    from tests.launch_helpers import REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
+    from launch_helpers import REPO_ROOT, SCRIPT_ENV, TRAIN_SCRIPT
 
     missing = tmp_path / "no-such-corpus"
     outputs = {}

@@ -232,3 +232,44 @@ def test_results_of_another_base_config_are_not_mixed_with_this_one(tmp_path, ca
     assert_one_line_error(capsys.readouterr().err, "table3.py", r"results\.json holds runs of another base config "
                           r"than .*base\.yaml: give another --results, or move it away to run the table again")
     assert results.read_text() == before and not (tmp_path / "runs").exists()
+
+
+def test_an_average_killed_midway_is_not_taken_for_done_and_is_made_again(tmp_path, monkeypatch):
+    """average_checkpoints writes config.json before the weights: a kill in between left a folder that the runner
+    took as done. The average is now written beside its place and renamed into it last."""
+    averaged = tmp_path / "base-avg5"
+    calls = []
+
+    def killed_midway(checkpoints, output_dir):
+        calls.append(Path(output_dir))
+        Path(output_dir).mkdir(parents=True)
+        (Path(output_dir) / "config.json").write_text("{}")
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the kill, after config.json and before the weights
+        (Path(output_dir) / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(table3, "average_checkpoints", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        table3.average_whole([], averaged)
+    assert not averaged.exists() and calls[0] != averaged  # nothing at the done mark's place
+    table3.average_whole([], averaged)
+    assert sorted(path.name for path in averaged.iterdir()) == ["config.json", "model.safetensors"]
+    assert [path.name for path in tmp_path.iterdir()] == ["base-avg5"]  # no partial folder left
+
+
+def test_an_explicit_d_k_equal_to_d_model_over_heads_is_the_same_architecture(tmp_path):
+    """A checkpoint saved without d_k (d_model / heads = 16) resumes with `--d_k 16`; `--d_k 8` is another model."""
+    from modeling import AnnotatedTransformerConfig
+    from modeling.training.arguments import ConfigurationError
+    from modeling.training.run_safety import refuse_other_architecture
+
+    saved = AnnotatedTransformerConfig.from_preset("tiny", vocab_size=32, d_model=64, encoder_attention_heads=4,
+                                                   decoder_attention_heads=4)
+    saved.save_pretrained(tmp_path)
+    same = AnnotatedTransformerConfig.from_preset("tiny", vocab_size=32, d_model=64, encoder_attention_heads=4,
+                                                  decoder_attention_heads=4, d_k=16, d_v=16)
+    refuse_other_architecture(str(tmp_path), same)
+    other = AnnotatedTransformerConfig.from_preset("tiny", vocab_size=32, d_model=64, encoder_attention_heads=4,
+                                                   decoder_attention_heads=4, d_k=8)
+    with pytest.raises(ConfigurationError, match=r"another architecture \(d_k 16 there, 8 here\)"):
+        refuse_other_architecture(str(tmp_path), other)

@@ -71,6 +71,20 @@ def shard(model, engine: str):
     return fully_shard(model)
 
 
+def reduction_device(backend: str, device: torch.device) -> torch.device:
+    """Where a tensor must be for the process group's `backend` to reduce it: NCCL reduces CUDA tensors only (the
+    process's own GPU), gloo CPU tensors."""
+    return device if backend == "nccl" else torch.device("cpu")
+
+
+def summed(value: int, device: torch.device) -> torch.Tensor:
+    """`value` summed over every process of the default group, in a tensor on the device its backend serves."""
+    tensor = torch.tensor([value], dtype=torch.int64,
+                          device=reduction_device(torch.distributed.get_backend(), device))
+    torch.distributed.all_reduce(tensor)
+    return tensor.cpu()
+
+
 def main(argv=None) -> dict | None:
     args = build_parser().parse_args(argv)
     cuda = args.device == "cuda"
@@ -124,8 +138,7 @@ def main(argv=None) -> dict | None:
             torch.cuda.synchronize(device)
         torch.distributed.barrier()
         seconds = time.perf_counter() - start
-        tokens = torch.tensor([sum(int((batch["labels"] != -100).sum()) for batch in timed)], dtype=torch.int64)
-        torch.distributed.all_reduce(tokens)  # gloo: on the CPU for either device
+        tokens = summed(sum(int((batch["labels"] != -100).sum()) for batch in timed), device)
         result = {
             "engine": args.engine, "processes": processes, "machines": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
             "device": args.device, "device_name": device_name(device), "dtype": dtype, "size": args.size,

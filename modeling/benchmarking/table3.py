@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -177,6 +178,16 @@ def check_same_run(run_dir: Path, plan: dict) -> None:
         replace_text(path, json.dumps(plan) + "\n")
 
 
+def average_whole(checkpoints: list[Path], averaged: Path) -> None:
+    """Average `checkpoints` into `averaged`, which appears only once the average is whole: it is written beside it
+    (`<name>.partial`, begun again if a killed run left one) and renamed into place last."""
+    partial = averaged.with_name(f"{averaged.name}.partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    average_checkpoints(checkpoints, partial)
+    partial.rename(averaged)
+
+
 def training_seconds(run_dir: Path) -> float | None:
     """The run's training time across its launches, as its final trainer_state.json records it (`TrainingClock`:
     the time after the last checkpoint of a killed launch is not counted, its steps being trained again)."""
@@ -321,8 +332,8 @@ def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, resul
             if not tokenizer_dir.is_dir():  # the first run trained it: every other run uses it
                 save_tokenizers(load_tokenizers(run_dir), tokenizer_dir)
             averaged = output_dir / f"{name}-avg{table.averaged_checkpoints}"
-            if not (averaged / "config.json").is_file():
-                average_checkpoints(last_checkpoints(run_dir, table.averaged_checkpoints), averaged)
+            if not averaged.is_dir():  # the folder's name is the "done" mark: given last, to a whole average
+                average_whole(last_checkpoints(run_dir, table.averaged_checkpoints), averaged)
             scores = score(averaged, data_dir, base_config.get("source_lang"), base_config.get("target_lang"),
                            table.num_beams, device, "test_2016_flickr" if data_dir is not None else "test")
             runs[name] = {
@@ -340,4 +351,5 @@ def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, resul
     return results
 
 
-__all__ = ["BASE_ROW", "Row", "Table", "finished", "load_table", "run_table", "summarise", "train_command"]
+__all__ = ["BASE_ROW", "Row", "Table", "average_whole", "finished", "load_table", "run_table", "summarise",
+           "train_command"]

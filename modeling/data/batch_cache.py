@@ -5,7 +5,9 @@ million pairs, at every launch and every resume. `cached_token_budget_sampler` k
 and the batches: about 12 bytes a pair) as `.npy` files beside the tokens' Arrow files, keyed by the tokens' fingerprint
 (which `datasets` finds the tokens' own cache by) and the sampler's settings, and the next launch with the same
 tokens and settings memory-maps them: no length is read, nothing sorted or packed, and the index is file-backed pages
-the kernel can drop rather than private memory. The batches do not depend on the process's rank, so every process of a
+the kernel can drop rather than private memory. The lengths' digest a checkpoint records of its training pairs
+(`batching.lengths_digest`) is kept in the manifest, so a launch on kept batches reads no length at all. The batches
+do not depend on the process's rank, so every process of a
 run reads the same files. Tokens held in memory (no cache file) are indexed every time."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.file_writes import replace_array, replace_text
-from .batching import Batches, TokenBudgetBatchSampler, sampler_settings, token_lengths
+from .batching import Batches, TokenBudgetBatchSampler, lengths_digest, sampler_settings, token_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +34,11 @@ def cached_token_budget_sampler(dataset, max_tokens: int, **settings) -> TokenBu
     kept. `settings`: the sampler's keywords (`rank` is not part of the key: every rank has the same batches)."""
     path = _cache_path(dataset, max_tokens, settings)
     found = _read(path, len(dataset), max_tokens, settings) if path is not None else None
-    if found is not None:
+    if found is not None and found.lengths_digest is not None:
         return found
-    sampler = TokenBudgetBatchSampler(*token_lengths(dataset), max_tokens, **settings)
+    lengths = token_lengths(dataset)
+    sampler = TokenBudgetBatchSampler(*lengths, max_tokens, **settings)
+    sampler.lengths_digest = lengths_digest(lengths)
     if path is not None:
         _write(path, sampler)
     return sampler
@@ -57,8 +61,10 @@ def _read(path: Path, pairs: int, max_tokens: int, settings: dict) -> TokenBudge
         if manifest["pairs"] != pairs or manifest["batches"] != len(arrays["starts"]):
             return None
         batches = Batches(arrays["indices"], arrays["starts"], arrays["ends"])
-        return TokenBudgetBatchSampler.from_batches(
+        sampler = TokenBudgetBatchSampler.from_batches(
             arrays["padded_source_lengths"], arrays["padded_target_lengths"], batches, max_tokens, **settings)
+        sampler.lengths_digest = manifest.get("lengths_digest")  # None in a cache kept before it was recorded
+        return sampler
     except (OSError, ValueError, KeyError):
         return None
 
@@ -76,6 +82,7 @@ def _write(path: Path, sampler: TokenBudgetBatchSampler) -> None:
         for name, array in arrays.items():
             replace_array(path.with_suffix(f".{name}.npy"), array)
         replace_text(path.with_suffix(".json"), json.dumps({
-            "version": VERSION, "pairs": len(sampler.padded_source_lengths), "batches": len(sampler.batches)}))
+            "version": VERSION, "pairs": len(sampler.padded_source_lengths), "batches": len(sampler.batches),
+            "lengths_digest": sampler.lengths_digest}))
     except OSError as error:  # a full or read-only cache: the next launch builds the batches again
         logger.warning("could not keep the batches in the datasets cache (%s)", error)

@@ -28,6 +28,7 @@ whole epoch (a multiple of `num_replicas` batches) and let accelerate's `BatchSa
 from __future__ import annotations
 
 import array
+import hashlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -78,6 +79,17 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
         lengths.append(stored if indices is None else stored[indices])
     release_freed_memory()  # the parts Arrow computed
     return tuple(lengths)
+
+
+def lengths_digest(lengths) -> str:
+    """SHA-256 of token lengths (`token_lengths`' arrays, in order), each as little-endian int64, a million at a
+    time: what a checkpoint records of its training pairs (`EpochBatches`), which `batch_cache` keeps beside the
+    batches so that a launch on cached batches need not read the lengths again."""
+    digest = hashlib.sha256()
+    for values in lengths:
+        for start in range(0, len(values), 2**20):
+            digest.update(np.asarray(values[start:start + 2**20]).astype("<i8").tobytes())
+    return digest.hexdigest()
 
 
 def index_dtype(count: int):
@@ -226,6 +238,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         token_count: "max" (the seed's and fairseq's rule) or "sum" (source plus target).
         max_sentences: optional cap on the number of pairs per batch.
     """
+
+    lengths_digest: str | None = None  # `lengths_digest` of the lengths it was built from, where its builder kept it
 
     def __init__(
         self,

@@ -46,6 +46,9 @@ GENERATION_INTEGERS = (
 GENERATION_NUMBERS = ("length_penalty", "temperature", "top_p", "repetition_penalty")
 GENERATION_TOKEN_LISTS = ("eos_token_id", "forced_eos_token_id")  # an id or a list of ids
 ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through transformers, or its CTranslate2 export
+# The German->English model committed with the repository (not in the wheel), relative to the checkout's root: what
+# translate.py and demo.py use where no model is given (models/multi30k-de-en-cpu/README.md: how it was made)
+SHIPPED_MODEL = Path("models") / "multi30k-de-en-cpu"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -61,6 +64,16 @@ def looks_local(model_name_or_path: str | os.PathLike) -> bool:
     parts = Path(name).parts
     return (Path(name).is_absolute() or name.startswith((".", "~")) or len(parts) > 2
             or (len(parts) == 2 and (Path(parts[0]).is_dir() or parts[0] in ("outputs", "runs"))))
+
+
+def model_and_texts(words: list[str], default: str | os.PathLike) -> tuple[str, list[str]]:
+    """A command line's positional words as (model, sentences): the first word is the model when it is a folder that
+    exists, or a path or Hub id (`owner/name`: a "/" and no space); otherwise every word is a sentence and the model
+    is `default`."""
+    first = words[0] if words else ""
+    if first and (Path(first).is_dir() or ("/" in first and not any(space.isspace() for space in first))):
+        return first, words[1:]
+    return str(default), list(words)
 
 
 def check_model_folder(model_name_or_path: str | os.PathLike) -> None:

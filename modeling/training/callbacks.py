@@ -1,10 +1,10 @@
 """The training run's callbacks: the sampler's epoch (`_SetSamplerEpoch`), the records every checkpoint keeps and a
 resumed run goes on from (`TrainingClock`, `CheckpointSchedule`, `EpochBatches`, `LaunchHistory`) and the stop-time
-limit (`StopTime`)."""
+limit (`StopTime`), and the steps each process began, kept in the run's store for naming a stuck process
+(`StepsBegun`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -19,9 +19,21 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, SaveStrategy
 
 from ..common.file_writes import replace_text
-from ..data.batching import TokenBudgetBatchSampler, token_lengths
+from ..data.batching import TokenBudgetBatchSampler, lengths_digest, token_lengths
 from .arguments import TransformerTrainingArguments
 from .checkpoints import TRAINER_STATE_NAME, callback_record, json_object
+
+
+class StepsBegun(TrainerCallback):
+    """Counts each optimizer step this process begins in the run's store (`world.Heartbeats.step_began`), from the
+    training loop itself: a process stuck before a step (in a read, or a collective) stays behind there while its
+    heartbeat thread goes on, and a failed collective's line names it."""
+
+    def __init__(self, heartbeats):
+        self.heartbeats = heartbeats
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.heartbeats.step_began()
 
 
 class _SetSamplerEpoch(TrainerCallback):
@@ -178,13 +190,12 @@ class EpochBatches(RecordedInCheckpoints):
         self.settings = dict(settings or {})
 
     @classmethod
-    def of(cls, train_dataset, args: TransformerTrainingArguments) -> "EpochBatches":
-        digest = hashlib.sha256()
-        for lengths in token_lengths(train_dataset):  # as int64, a million at a time: no copy of the whole column
-            for start in range(0, len(lengths), 2**20):
-                digest.update(lengths[start:start + 2**20].astype("<i8").tobytes())
+    def of(cls, train_dataset, args: TransformerTrainingArguments, sampler=None) -> "EpochBatches":
+        """The record of this launch's batches; `sampler`: the launch's batch sampler, whose `lengths_digest` (kept
+        with cached batches) spares reading every pair's length again."""
+        digest = getattr(sampler, "lengths_digest", None) or lengths_digest(token_lengths(train_dataset))
         settings = {
-            "training pairs": digest.hexdigest(),
+            "training pairs": digest,
             "seed": args.data_seed if args.data_seed is not None else args.seed,
             "processes": args.world_size,
             "gradient_accumulation_steps": args.gradient_accumulation_steps,

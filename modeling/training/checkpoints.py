@@ -60,8 +60,14 @@ ARCHITECTURE_FIELDS = (
 
 
 def architecture_value(saved: dict, name: str):
-    """A field of a saved config.json; a field it lacks (saved before the field existed) is its default."""
-    return saved.get(name, getattr(AnnotatedTransformerConfig, name, None))
+    """A field of a saved config.json (or a configuration's `to_dict()`) as the model it builds has it: a field it
+    lacks (saved before the field existed) is its default, and an unset d_k or d_v (None) is d_model / heads, so
+    that `--d_k 16` where d_model / heads is 16 is the same architecture."""
+    value = saved.get(name, getattr(AnnotatedTransformerConfig, name, None))
+    if name in ("d_k", "d_v") and value is None:
+        heads = architecture_value(saved, "encoder_attention_heads")
+        return architecture_value(saved, "d_model") // heads if heads else None
+    return value
 
 
 

@@ -42,6 +42,7 @@ from .callbacks import (
     CompileTime,
     EpochBatches,
     LaunchHistory,
+    StepsBegun,
     StopSignals,
     StopTime,
     TrainingClock,
@@ -274,48 +275,58 @@ class RefusedByAnotherProcess(ConfigurationError):
         self.report_here = report_here
 
 
-def stop_with_every_refusal(training_args, refusal: ConfigurationError | None) -> None:
+def stop_with_every_refusal(training_args, refusal: Exception | None) -> None:
     """Every process's refusal, gathered (a barrier too): this process's own raised, else another's as
-    `RefusedByAnotherProcess`; nothing where none refused."""
+    `RefusedByAnotherProcess`, its text led by the refusing process's place where the run has several machines
+    ("machine 1: --data_dir ... does not exist"); nothing where none refused."""
     world = World.from_environment()
     refusals = [None] * training_args.world_size
-    torch.distributed.all_gather_object(refusals, None if refusal is None else str(refusal), group=waiting_group())
+    shared = None if refusal is None else " ".join(str(refusal).split())
+    torch.distributed.all_gather_object(refusals, shared, group=waiting_group())
     if refusal is not None:
         raise refusal
     refused = [(rank, text) for rank, text in enumerate(refusals) if text is not None]
     if refused:
+        rank, text = refused[0]
         machines = {world.machine_of(rank) for rank, _ in refused}
-        raise RefusedByAnotherProcess(refused[0][1], report_here=world.local_rank == 0
+        where = f"machine {world.machine_of(rank)}: " if world.machines > 1 else ""
+        raise RefusedByAnotherProcess(where + text, report_here=world.local_rank == 0
                                       and world.machine not in machines)
 
 
 def on_every_process(training_args, work):
-    """`work()` on every process at once; a `ConfigurationError` on any stops all (`stop_with_every_refusal`)."""
+    """`work()` on every process at once; a `ConfigurationError` on any stops all (`stop_with_every_refusal`). Any
+    other error of `work()` is shared the same way before it is raised, so that no process is left waiting for one
+    that failed."""
     if training_args.world_size <= 1:
         return work()
     result, refusal = None, None
     try:
         result = work()
-    except ConfigurationError as error:
+    except Exception as error:  # noqa: BLE001 - shared with the others, then raised here as it was
         refusal = error
     stop_with_every_refusal(training_args, refusal)
     return result
 
 
-def first_process_then_others(training_args, first: bool, work):
-    """`work()` on the first process (`first`), then on the others, which read what it wrote. A `ConfigurationError` raised by any process stops every process, the others with
-    `RefusedByAnotherProcess`: the others no longer go on alone (reading an earlier run's tokenizer from a folder the
-    first refused) into training, to fail there with a traceback. The others wait in `waiting_group`, as long as the
-    first one's preparation takes (a process that dies ends the wait at once)."""
+PREPARATION_TURNS = 3  # the first process; the first process of each other machine; the rest
+
+
+def in_turns(training_args, turn: int, work):
+    """`work()` in turns, each process in its `turn` (0, 1, ... PREPARATION_TURNS - 1), the later ones reading what
+    the earlier wrote. An error raised by any process stops every process, the others with `RefusedByAnotherProcess`:
+    the others no longer go on alone (reading an earlier run's tokenizer from a folder the first refused) into
+    training, to fail there with a traceback. The others wait in `waiting_group`, as long as a turn's preparation
+    takes (a process that dies ends the wait at once)."""
     if training_args.world_size <= 1:
         return work()
     result = None
-    for turn in (True, False):  # the first process's turn, then the others'
+    for current in range(PREPARATION_TURNS):
         refusal = None
-        if first is turn:
+        if turn == current:
             try:
                 result = work()
-            except ConfigurationError as error:
+            except Exception as error:  # noqa: BLE001 - shared with the others, then raised here as it was
                 refusal = error
         stop_with_every_refusal(training_args, refusal)  # also each turn's barrier
     return result
@@ -385,21 +396,27 @@ def setup_training(
     Every problem with the arguments or the data raises `ConfigurationError` here, before training, and before
     anything is written into output_dir.
     """
-    config = validate_arguments(model_args, data_args, training_args)
     world = World.from_environment()
     if world.processes > 1 and world.local_rank == 0:
         print(f"World: {world.description}", flush=True)
-    checkpoint = on_every_process(training_args, lambda: resolve_checkpoint(training_args))
+
+    def checks():
+        config = validate_arguments(model_args, data_args, training_args)
+        checkpoint = resolve_checkpoint(training_args)
+        finishing = checkpoint is not None and refuse_finished_run(checkpoint, training_args)
+        if checkpoint is not None:
+            refuse_other_architecture(checkpoint, config)
+            refuse_other_optimization(checkpoint, training_args)
+            warn_of_later_checkpoints(checkpoint)
+            warn_of_missing_random_state(checkpoint, training_args)
+        refuse_earlier_run(training_args, checkpoint)
+        return config, checkpoint, finishing
+
+    # Every check that can refuse runs on every process before the first shared step, and the verdicts are shared
+    # (also a barrier: every process checked the folder before any writes): a refusal on one machine ends every
+    # machine at once, each with the refusing machine's line, instead of leaving the others waiting for it.
+    config, checkpoint, finishing = on_every_process(training_args, checks)
     resuming = checkpoint is not None
-    finishing = resuming and refuse_finished_run(checkpoint, training_args)
-    if resuming:
-        refuse_other_architecture(checkpoint, config)
-        refuse_other_optimization(checkpoint, training_args)
-        warn_of_later_checkpoints(checkpoint)
-        warn_of_missing_random_state(checkpoint, training_args)
-    refuse_earlier_run(training_args, checkpoint)
-    if training_args.distributed_state is not None:
-        training_args.distributed_state.wait_for_everyone()  # every process checked the folder before any writes
     _default_generation_settings(training_args, data_args)
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, after saving
     set_seed(training_args.seed)
@@ -409,17 +426,22 @@ def setup_training(
         datasets.disable_progress_bars()  # `datasets`' own bars (map, filter) too, not only the Trainer's
         transformers.utils.logging.disable_progress_bar()  # and transformers' own ("Writing model shards" on a save)
 
-    corpus, corpus_sizes = load_corpus(data_args)
+    def load():
+        loaded, sizes = load_corpus(data_args)
+        if training_args.eval_strategy != "no" and "validation" not in loaded:
+            raise ConfigurationError(f"evaluation needs a validation split, but the corpus has {list(loaded)}; add "
+                                     "one or set --eval_strategy no")
+        return loaded, sizes
+
+    corpus, corpus_sizes = on_every_process(training_args, load)  # a corpus one machine cannot read stops them all
     has_validation = "validation" in corpus
-    if training_args.eval_strategy != "no" and not has_validation:
-        raise ConfigurationError(
-            f"evaluation needs a validation split, but the corpus has {list(corpus)}; add one or set --eval_strategy no"
-        )
     if not has_validation:
         training_args.load_best_model_at_end = False
 
-    # The first process trains the tokenizer and checks the data, and only then writes into output_dir; the others
-    # follow with the tokenizer it saved, once they found its lock file in their output_dir (the machines share it).
+    # The first process trains the tokenizer and checks the data, and only then writes into output_dir; then the first
+    # process of each other machine, with the tokenizer it saved, once they found its lock file in their output_dir
+    # (the machines share it), tokenizing into that machine's `datasets` cache; then the rest, which read that cache:
+    # the corpus is tokenized once per machine.
     output_dir = Path(training_args.output_dir)
     first = training_args.process_index == 0
     run_token = shared_run_token(training_args.world_size)
@@ -472,8 +494,9 @@ def setup_training(
         return tokenizer, kept, tokenized, filter_report, sampler
 
     try:
-        tokenizer, corpus, tokenized, filter_report, sampler = first_process_then_others(training_args, first, prepare)
-        batches = EpochBatches.of(tokenized["train"], training_args)
+        turn = 0 if first else 1 if world.local_rank == 0 else 2
+        tokenizer, corpus, tokenized, filter_report, sampler = in_turns(training_args, turn, prepare)
+        batches = EpochBatches.of(tokenized["train"], training_args, sampler)
         if resuming and not finishing and training_args.process_index == 0:
             warn_of_other_batches(checkpoint, batches)
         model = build_model(model_args, data_args, tokenizer, training_args)
@@ -525,35 +548,33 @@ def train(
     Returns the final metrics ({"eval_bleu": ..., "test_exact_match": ..., ...}).
 
     On several processes, a collective that fails because another process died or stopped answering raises
-    `ProcessLost`, whose one line names the lost process and the checkpoint to resume from, after removing this
-    process's part of a checkpoint whose save the loss cut short.
+    `ProcessLost`, whose one line names the lost process and the newest complete checkpoint to resume from.
     """
     world = World.from_environment()
     heartbeats = Heartbeats(world).start()
     built = []  # the run's setup, once made
     try:
-        return _train(model_args, data_args, training_args, config_path, argv, built)
+        return _train(model_args, data_args, training_args, config_path, argv, built, heartbeats)
     except Exception as error:
         if world.processes <= 1 or (cause := lost_peer_error_in(error)) is None:
             raise
         trainer = built[0].trainer if built else None
         step = trainer.state.global_step if trainer is not None else None
         output_dir = Path(training_args.output_dir)
-        if step is not None:  # the save the loss cut short: removed, never resumed from
-            cut_short = output_dir / f"checkpoint-{step}"
-            if cut_short.is_dir() and checkpoint_problem(cut_short) is not None:
-                shutil.rmtree(cut_short, ignore_errors=True)
+        # A save the loss cut short is left where it is: another process may still be writing it, and the next
+        # launch skips a checkpoint while it is incomplete (`resolve_checkpoint`).
         newest = next((str(path) for path in reversed(list_checkpoints(output_dir) if output_dir.is_dir() else [])
                        if checkpoint_problem(path) is None), None)
-        raise ProcessLost(lost_process_message(world, heartbeats.lost(), cause, step, training_args.ddp_timeout,
+        raise ProcessLost(lost_process_message(world, heartbeats.check(), cause, step, training_args.ddp_timeout,
                                                newest)) from error
     finally:
-        heartbeats.stop()
+        heartbeats.ended()  # finished, refused or failed here: no other process is to take this one for lost
 
 
-def _train(model_args, data_args, training_args, config_path, argv, built: list) -> dict:
+def _train(model_args, data_args, training_args, config_path, argv, built: list, heartbeats: Heartbeats) -> dict:
     setup = setup_training(model_args, data_args, training_args)
     built.append(setup)
+    setup.trainer.add_callback(StepsBegun(heartbeats))
     try:
         trainer, tokenizer, corpus, tokenized = setup.trainer, setup.tokenizer, setup.corpus, setup.tokenized
         if trainer.is_world_process_zero():

@@ -89,8 +89,9 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
     """Refuse to resume a checkpoint whose model has other sizes than the arguments ask for (its weights would not
     fit; the Trainer failed with a size-mismatch traceback)."""
     saved = json_object(Path(checkpoint) / "config.json")
-    differences = [f"{name} {architecture_value(saved, name)} there, {getattr(config, name)} here"
-                   for name in ARCHITECTURE_FIELDS if architecture_value(saved, name) != getattr(config, name)]
+    here = config.to_dict()
+    differences = [f"{name} {architecture_value(saved, name)} there, {architecture_value(here, name)} here"
+                   for name in ARCHITECTURE_FIELDS if architecture_value(saved, name) != architecture_value(here, name)]
     if differences:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint} holds another architecture ({'; '.join(differences)}): resume "

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
 
 from ..common.hardware import describe_run
 from ..data.batch_cache import cached_token_budget_sampler
@@ -28,6 +28,7 @@ from ..data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
 from ..input_checks import check_token_ids
 from .arguments import TransformerTrainingArguments
 from .callbacks import StopSignals, _SetSamplerEpoch
+from .checkpoints import checkpoint_problem
 from .schedule import NOAM, get_noam_schedule
 from .world import World, lost_peer_error_in
 
@@ -129,7 +130,10 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         - a save that fails (a full disk, a failing write) raises `CheckpointSaveError`, one line naming the folder
           and the error, after removing what it wrote: the earlier checkpoints are left as they were, and
           `--resume_from_checkpoint last` takes the newest of them; one that fails because another process was
-          lost raises that failure, which the run reports (`ProcessLost`)."""
+          lost raises that failure, which the run reports (`ProcessLost`), and leaves the folder as it is (another
+          process may still be writing it; the next launch skips it while it is incomplete);
+        - with several processes, old checkpoints are rotated only once every process has written its part of the
+          new one and it is complete, so `save_total_limit` never leaves the run without a complete checkpoint."""
         stop = self.stop_signals
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if stop is not None and stop.resumed_stop is not None and self.args.should_save:
@@ -138,13 +142,27 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                 shutil.rmtree(stopped_at)
             stop.resumed_stop = None
         existed = folder.exists()
+        # With several processes the Trainer would rotate old checkpoints on rank 0 as soon as its own part is
+        # written, before the others' random states: a loss in that window could leave no complete checkpoint. So
+        # it rotates here instead, once every process has written its part and the new checkpoint is complete.
+        limit, several = self.args.save_total_limit, self.args.world_size > 1
         try:
-            super()._save_checkpoint(model, trial)
+            if several:
+                self.args.save_total_limit = None
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                self.args.save_total_limit = limit
+            if several and limit:
+                torch.distributed.barrier()  # every process's part written (bounded by --ddp_timeout)
+                if self.args.should_save and checkpoint_problem(folder) is None:
+                    rotate_checkpoints(output_dir=str(folder.parent), save_total_limit=limit,
+                                       best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         except Exception as error:
+            if lost_peer_error_in(error) is not None:  # another process was lost during the save: the run says so,
+                raise  # and leaves the folder, which a live process may still write, for the next launch to judge
             if self.args.should_save and not existed and folder.is_dir():
                 shutil.rmtree(folder, ignore_errors=True)
-            if lost_peer_error_in(error) is not None:  # another process was lost during the save: the run says so
-                raise
             raise CheckpointSaveError(
                 f"saving {folder} failed ({type(error).__name__}: {' '.join(str(error).split())}); the run stopped "
                 "there, its earlier checkpoints as they were: make room, then resume with --resume_from_checkpoint "

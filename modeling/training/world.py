@@ -7,15 +7,22 @@ and its agent on the first machine keeps the run's store (`MASTER_ADDR:MASTER_PO
 
 A process that dies breaks the next collective of the others at once (gloo: "Connection closed by peer"); one that
 stops answering without dying holds them until the collective's timeout (`--ddp_timeout`). Either way the collective
-names no process. So every process counts up a key of its own in the run's store once a second (`Heartbeats`, from
-a thread): after a collective failed, the processes whose count stands still are the lost ones, and where the store
-itself is gone, it was the first machine's (which keeps it) that was lost.
+names no process. What torch gives for this: gloo's and NCCL's collective timeouts (`--ddp_timeout`; NCCL's watchdog
+aborts a hung communicator at that timeout), which raise without naming a rank; gloo's `monitored_barrier`, which
+names the ranks that did not arrive, but only on rank 0, only where every process calls it, and no longer once a
+collective has failed; and the elastic agent's monitor, which sees its own machine's workers only. So every process
+counts up a key of its own in the run's store once a second (`Heartbeats`, from a thread), and the optimizer steps it
+began (from the training loop); after a collective failed, one read of every rank's keys tells the lost (a count that
+stands still: dead or frozen) from the stuck (alive, but fewer steps begun: a read or a collective that lets its
+heartbeat run) and from the ended (finished, or reporting an error of its own); where the store itself is gone, it
+was the first machine's (which keeps it) that was lost. A beat the store does not take is retried, and said once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -134,9 +141,28 @@ def lost_peer_error_in(error: BaseException) -> BaseException | None:
     return None
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the run's store tells of the other processes after a collective failed (`Heartbeats.check`):
+    - `store`: "read", "gone" (it cannot be reached: the first machine, which keeps it, is lost) or "no heartbeats"
+      (this process kept none: one process, or no store known);
+    - `lost`: the ranks whose heartbeat stood still (dead or frozen), the ones that ended (finished or reported an
+      error of their own) left out;
+    - `behind`: ranks alive but that began fewer optimizer steps than this one (stuck in a read, a collective or a
+      loop that lets their heartbeat run), each with how many steps it is behind;
+    - `ended`: ranks that ended on their own (finished, or reported an error of their own)."""
+
+    store: str
+    lost: tuple[int, ...] = ()
+    behind: tuple[tuple[int, int], ...] = ()
+    ended: tuple[int, ...] = ()
+
+
 class Heartbeats:
-    """Each process counts up its own key in the run's store every `interval` seconds, from a daemon thread, on a
-    connection of its own; `lost()` tells from the counts which processes stopped (see the module doc)."""
+    """Each process counts up a key of its own in the run's store every `interval` seconds, from a daemon thread, on a
+    connection of its own, and the optimizer steps it began (`step_began`, from the training loop); `check()` tells
+    from them which processes stopped, and which are alive but behind (see the module doc and `Verdict`). Every key of
+    every rank is made (at 0) when beating starts, so that one read of the store (`multi_get`) gives them all."""
 
     def __init__(self, world: World, interval: float = HEARTBEAT_SECONDS):
         self.world, self.interval = world, interval
@@ -145,6 +171,13 @@ class Heartbeats:
         self._store = None
         self._stop = threading.Event()
         self._thread = None
+        self.failures = 0  # beats the store did not take (each retried at the next beat)
+
+    def _key(self, kind: str, rank: int) -> str:
+        return f"{self._prefix}{kind}/{rank}"
+
+    def _keys(self) -> list[str]:
+        return [self._key(kind, rank) for kind in ("beats", "steps", "ended") for rank in range(self.world.processes)]
 
     def _connect(self):
         address, port = self.world.store
@@ -157,7 +190,9 @@ class Heartbeats:
             return self
         try:
             self._store = self._connect()
-            self._store.add(self._prefix + str(self.world.rank), 1)
+            for key in self._keys():  # every key exists (at 0), so that one multi_get reads them all
+                self._store.add(key, 0)
+            self._store.add(self._key("beats", self.world.rank), 1)
         except Exception as error:  # noqa: BLE001 - without heartbeats a loss is reported without naming the lost
             logger.warning("No heartbeats in the run's store at %s:%s (%s): a lost process will not be named",
                            *self.world.store, error)
@@ -168,33 +203,70 @@ class Heartbeats:
         return self
 
     def _beat(self) -> None:
-        key = self._prefix + str(self.world.rank)
+        key, store = self._key("beats", self.world.rank), self._store
         while not self._stop.wait(self.interval):
             try:
-                self._store.add(key, 1)
-            except Exception:  # noqa: BLE001 - the store is gone: `lost()` says so
-                return
+                store.add(key, 1)
+            except Exception as error:  # noqa: BLE001 - retried on a new connection at the next beat, and said once
+                self.failures += 1
+                if self.failures == 1:
+                    logger.warning("A heartbeat to the run's store at %s:%s failed (%s): retrying every %g s",
+                                   *self.world.store, " ".join(str(error).split())[:200], self.interval)
+                try:
+                    store = self._connect()
+                except Exception:  # noqa: BLE001 - the store may be gone for good: `check()` says so
+                    pass
+
+    def _add(self, kind: str, amount: int = 1) -> None:
+        if self._store is None:
+            return
+        try:
+            self._store.add(self._key(kind, self.world.rank), amount)
+        except Exception:  # noqa: BLE001 - a record the store cannot take changes nothing of the run
+            pass
+
+    def step_began(self) -> None:
+        """Count an optimizer step this process began (called from the training loop, not the beating thread, so
+        that a process stuck in a read or a collective stays behind while its heartbeat goes on)."""
+        self._add("steps")
+
+    def ended(self) -> None:
+        """Mark this process as ended on its own (finished, or reporting an error of its own), so that no other
+        process takes it for lost; and stop beating."""
+        self._add("ended")
+        self.stop()
 
     def stop(self) -> None:
+        """Stop beating, and wait for the beating thread to leave the store (a thread killed inside a store call at
+        the interpreter's exit aborts the process)."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5 * self.interval + 10)
 
-    def counts(self, store) -> dict[int, int]:
-        return {rank: store.add(self._prefix + str(rank), 0) for rank in range(self.world.processes)}
+    def _read(self, store) -> dict[str, list[int]]:
+        """Every rank's beats, steps begun and end mark, in one read of the store."""
+        values = [int(value) for value in store.multi_get(self._keys())]
+        n = self.world.processes
+        return {"beats": values[:n], "steps": values[n:2 * n], "ended": values[2 * n:]}
 
-    def lost(self) -> list[int] | None:
-        """The ranks whose count stood still for `HEARTBEATS_WATCHED` beats (this one's never does): [] where none
-        did, None where the store cannot be reached (the first machine, which keeps it, is lost) or no heartbeats
-        were kept."""
+    def check(self) -> Verdict:
+        """The others' state (`Verdict`), from two reads `HEARTBEATS_WATCHED` beats apart."""
         if self._store is None:
-            return None
+            return Verdict("no heartbeats")
         try:
             store = self._connect()
-            before = self.counts(store)
+            before = self._read(store)
             time.sleep(HEARTBEATS_WATCHED * self.interval)
-            after = self.counts(store)
+            after = self._read(store)
         except Exception:  # noqa: BLE001 - unreachable, or gone while read
-            return None
-        return [rank for rank in range(self.world.processes) if rank != self.world.rank and after[rank] == before[rank]]
+            return Verdict("gone")
+        others = [rank for rank in range(self.world.processes) if rank != self.world.rank]
+        ended = tuple(rank for rank in others if after["ended"][rank])
+        lost = tuple(rank for rank in others if rank not in ended and after["beats"][rank] == before["beats"][rank])
+        mine = after["steps"][self.world.rank]
+        behind = tuple((rank, mine - after["steps"][rank]) for rank in others
+                       if rank not in ended and rank not in lost and after["steps"][rank] < mine)
+        return Verdict("read", lost, behind, ended)
 
 
 class ProcessLost(RuntimeError):
@@ -202,21 +274,48 @@ class ProcessLost(RuntimeError):
     the checkpoint to resume from."""
 
 
-def lost_process_message(world: World, lost: list[int] | None, error: BaseException, step: int | None,
+_TIMEOUT_MS = re.compile(r"(\d+)\s*ms")
+
+
+def timeout_that_fired(error: BaseException, timeout_seconds: float | None) -> str:
+    """Which wait ran out, named as the user set it: "--ddp_timeout 600 s" (training's collectives), or the wait for
+    another process's preparation or final writes (`PREPARATION_TIMEOUT`), read from the milliseconds in the
+    error's text; the collective's timeout as it says it where it is neither."""
+    found = _TIMEOUT_MS.search(str(error))
+    waited = int(found[1]) / 1000 if found else None
+    preparation = PREPARATION_TIMEOUT.total_seconds()
+    if waited is not None and abs(waited - preparation) < 1:
+        return f"the {preparation / 3600:g}-hour wait for another process's preparation or final writes"
+    if waited is None or (timeout_seconds and abs(waited - timeout_seconds) < 1):
+        return f"--ddp_timeout {timeout_seconds:g} s" if timeout_seconds else "the collective's timeout"
+    return f"a timeout of {waited:g} s"
+
+
+def lost_process_message(world: World, verdict: Verdict, error: BaseException, step: int | None,
                          timeout_seconds: float | None, resume_from: str | None) -> str:
     """The one line a process prints when a collective failed: who was lost and how, at which step, and the
     checkpoint to resume from."""
     text = " ".join(str(error).split())
     if "Timed out" in text or "timed out" in text or "Timeout" in text:
-        how = f"no answer within --ddp_timeout {timeout_seconds:g} s" if timeout_seconds else "no answer in time"
+        how = f"no answer within {timeout_that_fired(error, timeout_seconds)}"
     elif any(sign in text for sign in ("closed", "reset", "Broken pipe", "refused")):
         how = "its connection closed"
     else:
         how = text[:160]
-    if lost:
-        who = f"lost {', '.join(world.name(rank) for rank in lost)} ({how})"
-    elif lost is None and world.store is not None and world.machine != 0:
-        who = (f"lost machine 0, which keeps the run's store at {world.store[0]}:{world.store[1]}, with rank 0 "
+    if verdict.lost:
+        who = f"lost {', '.join(world.name(rank) for rank in verdict.lost)} ({how})"
+    elif verdict.behind:
+        stuck = ", ".join(f"{world.name(rank)}, alive but {behind} optimizer step{'s' if behind != 1 else ''} behind"
+                          for rank, behind in verdict.behind)
+        who = f"waited for {stuck} ({how})"
+    elif verdict.store == "gone" and world.store is not None and world.machine != 0:
+        # machine 0 keeps the store: gone with it (its launcher may outlive its process a moment, which then reads
+        # as rank 0's heartbeat standing still: the same line)
+        who = f"lost {world.name(0)} ({how}; the run's store at {world.store[0]}:{world.store[1]}, on machine 0, too)"
+    elif verdict.store == "gone":
+        who = f"lost the run's store and another process with it ({how})"
+    elif verdict.ended:
+        who = (f"{', '.join(world.name(rank) for rank in verdict.ended)} ended on its own, whose log says why "
                f"({how})")
     else:
         who = f"lost another process of the run ({how})"
@@ -231,10 +330,12 @@ __all__ = [
     "Heartbeats",
     "PREPARATION_TIMEOUT",
     "ProcessLost",
+    "Verdict",
     "World",
     "is_lost_peer_error",
     "lost_peer_error_in",
     "lost_process_message",
+    "timeout_that_fired",
     "wait_for_the_others",
     "waiting_group",
 ]

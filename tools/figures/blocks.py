@@ -124,11 +124,26 @@ def check_documents(root: str | Path = REPOSITORY, *, model_card: bool = True) -
         for path in documents(root)
         for problem in check_text(path.read_text(encoding="utf-8"), root, benchmarks)
     ]
-    card = root / REFERENCE_CARD
-    if model_card and card.is_file() and card.read_text(encoding="utf-8") != reference_model_card(root):
-        problems.append(f"{REFERENCE_CARD}: differs from the card its template, config and JSON render "
-                        "(python scripts/render_figures.py rewrites it)")
+    if model_card:
+        rendered = None
+        for card in reference_cards(root):
+            rendered = reference_model_card(root) if rendered is None else rendered
+            if card.read_text(encoding="utf-8") != rendered:
+                problems.append(f"{card.relative_to(root)}: differs from the card its template, config and JSON "
+                                "render (python scripts/render_figures.py rewrites it)")
     return problems
+
+
+def reference_cards(root: str | Path = REPOSITORY, *, written: bool = True) -> list[Path]:
+    """The reference model's card and its copy in the model folder the repository ships (SHIPPED_MODEL/README.md,
+    where that folder exists); with `written`, only those that exist."""
+    from modeling.inference.translation import SHIPPED_MODEL
+
+    root = Path(root)
+    cards = [root / REFERENCE_CARD]
+    if (root / SHIPPED_MODEL).is_dir():
+        cards.append(root / SHIPPED_MODEL / "README.md")
+    return [card for card in cards if card.is_file() or not written]
 
 
 def update_documents(root: str | Path = REPOSITORY, *, model_card: bool = True) -> tuple[list[Path], list[str]]:
@@ -139,11 +154,11 @@ def update_documents(root: str | Path = REPOSITORY, *, model_card: bool = True) 
     root = Path(root)
     changed = []
     if model_card:
-        card = root / REFERENCE_CARD
         text = reference_model_card(root)
-        if not card.is_file() or card.read_text(encoding="utf-8") != text:
-            replace_text(card, text)
-            changed.append(card)
+        for card in reference_cards(root, written=False):
+            if not card.is_file() or card.read_text(encoding="utf-8") != text:
+                replace_text(card, text)
+                changed.append(card)
     benchmarks = Benchmarks(root)
     problems = []
     for path in documents(root):

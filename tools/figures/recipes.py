@@ -50,6 +50,7 @@ class RecipeRun:
     signatures: dict
     repeat: bool = False
     version: str | None = None  # the package's, where the run recorded it
+    model_folder: str | None = None  # where the repository ships the model it scored, if it does
 
 
 def cpu_recipe_runs(benchmarks: Benchmarks) -> dict[str, RecipeRun]:
@@ -65,8 +66,10 @@ def cpu_recipe_runs(benchmarks: Benchmarks) -> dict[str, RecipeRun]:
             num_beams=run["num_beams"], validation=run["validation"], test=run.get("test"),
             note=("a repeat: " if run.get("repeat_of") else "")
             + f"{run['processes']} process, {run['threads']} threads"
-            + (f", version {run['package_version']}" if run.get("package_version") else ""),
+            + (f", version {run['package_version']}" if run.get("package_version") else "")
+            + (f"; {run['not_alone']}" if run.get("not_alone") else ""),
             signatures=run["signatures"], repeat="repeat_of" in run, version=run.get("package_version"),
+            model_folder=run.get("model_folder"),
         )
     return runs
 
@@ -152,7 +155,8 @@ def headline(benchmarks: Benchmarks) -> str:
     rows = []
     gpu_runs = [(run, "; " + benchmarks(GPU_RECIPES_SOFTWARE)[key.split("#")[0]]["shared"])
                 for key, run in gpu_recipe_runs(benchmarks).items() if not run.repeat]
-    cpu_runs = [(run, "") for run in _newest(cpu_recipe_runs(benchmarks))]
+    cpu_runs = [(run, f"; the model in `{run.model_folder}`" if run.model_folder else "")
+                for run in _newest(cpu_recipe_runs(benchmarks))]
     for runs, kind in ((cpu_runs, "CPU"), (gpu_runs, "GPU")):
         for run, settings in runs:  # settings: how a run differed from its config's, where it did
             version = f", version {run.version}" if run.version else ""

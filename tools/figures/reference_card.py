@@ -44,7 +44,8 @@ def reference_model_card_context(root: str | Path = REPOSITORY) -> dict:
     model_args, data_args, training_args, _ = parse_arguments(
         ["--config", str(config_path), "--data_dir", USERS_DATA_DIR]
     )
-    output_dir = run["commands"][1].split("--output_dir ")[1].split()[0]  # the averaged model's folder
+    # the folder the card describes: the one the repository ships, where the run made it, else the averaged model's
+    output_dir = run.get("model_folder") or run["commands"][1].split("--output_dir ")[1].split()[0]
     training_args.output_dir = output_dir
     with torch.device("meta"):  # the parameter count, without allocating the weights
         model = AnnotatedTransformerForConditionalGeneration(model_config(model_args, data_args))
