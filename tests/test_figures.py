@@ -79,7 +79,7 @@ def test_an_edited_table_fails_the_check_naming_its_block(copy, render_figures, 
 
 def test_a_changed_json_makes_its_blocks_stale(copy):
     recipes = copy / "benchmarks" / "results-recipes-cpu.json"
-    recipes.write_text(recipes.read_text(encoding="utf-8").replace('"bleu": 41.84', '"bleu": 41.62'), encoding="utf-8")
+    recipes.write_text(recipes.read_text(encoding="utf-8").replace('"bleu": 41.88', '"bleu": 41.62'), encoding="utf-8")
     stale = {re.search(r"block '([^']+)'", problem)[1] for problem in check_documents(copy, model_card=False)}
     assert {"recipes", "model-card"} <= stale
     changed, problems = update_documents(copy, model_card=False)
