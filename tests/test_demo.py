@@ -235,7 +235,7 @@ def test_without_arguments_it_serves_the_shipped_model_and_shows_the_pairs_atten
     assert torch.all(torch.tensor(weights["weights"]).triu(1) == 0)  # the decoder's: masked
 
 
-def test_bad_input_is_answered_on_the_page_in_one_line(served):
+def test_bad_input_is_answered_on_the_page_in_one_line(served, shipped):
     client = Client(served, verbose=False)
     for empty in ("", "   "):
         translation, note, heatmap, weights = client.predict(empty, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
@@ -243,9 +243,11 @@ def test_bad_input_is_answered_on_the_page_in_one_line(served):
         assert note == f"the source sentence {empty.strip()!r} is empty: give a sentence to translate"
 
     positions = json.loads((SHIPPED / "config.json").read_text())["max_position_embeddings"]
-    long_line = " ".join(str(i % 10) for i in range(positions + 20))  # one token per digit, and </s>
+    long_line = " ".join(str(i % 10) for i in range(positions + 20))
+    tokens = len(shipped[1](long_line)["input_ids"])  # </s> included
+    assert tokens > positions
     translation, note, heatmap, weights = client.predict(long_line, 1, 16, "cross", 1, AVERAGE, api_name="/translate")
-    assert note == (f"The sentence has {positions + 21} tokens (`</s>` included), more than the model's "
+    assert note == (f"The sentence has {tokens} tokens (`</s>` included), more than the model's "
                     f"{positions} positions: its first {positions - 1} tokens were translated.")
     assert 0 < len(translation.split()) <= 16  # the maximum length
     assert len(weights["keys"]) == positions and weights["keys"][-1] == "</s>"
