@@ -95,7 +95,7 @@ def test_the_lost_process_line_names_the_process_how_and_where_to_resume():
     assert "lost rank 0 (machine 0) (its connection closed; the run's store at 10.0.0.1:29500, on machine 0, too)" \
         in lost_process_message(second, Verdict("gone"), closed, 3, 600, "run/checkpoint-2")
     stuck = lost_process_message(world, Verdict("read", behind=((1, 1),)), timed_out, 9, 20, None)
-    assert "waited for rank 1 (machine 1), alive but 1 optimizer step behind (no answer within --ddp_timeout 20 s)" \
+    assert "waited for rank 1 (machine 1), alive but 1 training batch behind (no answer within --ddp_timeout 20 s)" \
         in stuck
     ended = lost_process_message(world, Verdict("read", ended=(1,)), closed, 9, 20, None)
     assert "rank 1 (machine 1) ended on its own, whose log says why (its connection closed)" in ended
@@ -138,9 +138,8 @@ def heartbeat_worlds(port: int, processes: int = 3) -> list[World]:
 
 
 def test_heartbeats_tell_the_lost_the_behind_and_the_ended_in_one_read_each(monkeypatch):
-    """Three processes' heartbeats in a real store: one that stops beating is lost; one that beats but began fewer
-    steps is behind (stuck in a read or a collective that lets its heartbeat run); one that ended on its own is
-    neither. A check reads every rank's keys in one `multi_get`, twice, whatever the number of processes."""
+    """Three processes' heartbeats in a real store: one that stops beating is lost; one that beats but made fewer
+    training batches is behind (stuck in a read that lets its heartbeat run); one that ended on its own is neither. A check reads every rank's keys in one `multi_get`, twice, whatever the number of processes."""
     port = free_port()
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                                        timeout=timedelta(seconds=5))
@@ -148,8 +147,8 @@ def test_heartbeats_tell_the_lost_the_behind_and_the_ended_in_one_read_each(monk
     time.sleep(0.3)
     assert beats[0].check() == Verdict("read")
     for heartbeat in beats[:2]:
-        heartbeat.step_began()
-    beats[0].step_began()  # rank 0 began a second step, rank 1 did not, rank 2 none
+        heartbeat.batch_made()
+    beats[0].batch_made()  # rank 0 made a second batch, rank 1 did not, rank 2 none
     assert beats[0].check() == Verdict("read", behind=((1, 1), (2, 2)))
     beats[2].ended()
     assert beats[0].check() == Verdict("read", behind=((1, 1),), ended=(2,))
@@ -258,7 +257,8 @@ def two_machines(folders, *extra: str, machine_1: dict | None = None) -> list[su
 
 # A fault in machine 1's training process, put there by a `sitecustomize` module on its path (Python imports it at
 # start): FAULT=save:STEP sleeps in its part of checkpoint-STEP's save, before its random generators' state is written;
-# FAULT=step:STEP sleeps before beginning optimizer step STEP, its heartbeat thread still beating (a read that hangs).
+# FAULT=step:STEP sleeps while it makes the training batch of optimizer step STEP, its heartbeat thread still beating (a
+# read of the data that hangs).
 # Either way it writes the file FAULT_STARTED when it starts sleeping.
 FAULT = textwrap.dedent("""
     import os, time
@@ -281,14 +281,16 @@ FAULT = textwrap.dedent("""
 
             trainer_module.Trainer._save_rng_state = _save_rng_state
         elif kind == "step":
-            original = trainer_module.Trainer.get_batch_samples
+            import transformers
+            original, made = transformers.DataCollatorForSeq2Seq.__call__, []
 
-            def get_batch_samples(self, *args, **kwargs):
-                if self.state.global_step + 1 == int(step):
+            def __call__(self, features, *args, **kwargs):
+                made.append(1)
+                if len(made) == int(step):  # the training batch of that step (no evaluation while it trains)
                     hang()
-                return original(self, *args, **kwargs)
+                return original(self, features, *args, **kwargs)
 
-            trainer_module.Trainer.get_batch_samples = get_batch_samples
+            transformers.DataCollatorForSeq2Seq.__call__ = __call__
 """)
 
 
@@ -409,8 +411,9 @@ def test_machines_with_folders_of_their_own_are_refused_on_each_at_once(tmp_path
     for machine, (status, _, stderr) in enumerate(results):
         refusals = [line for line in stderr.splitlines() if line.startswith("train.py: error:")]
         assert len(refusals) == 1 and status != 0, stderr[-3000:]
-        assert refusals[0] == (
-            f"train.py: error: --output_dir {folders[1]} on machine 1 is not the folder rank 0 (machine 0) writes "
+        assert refusals[0] == (  # machine 0's line says where the refusal was found
+            f"train.py: error: {'machine 1: ' if machine == 0 else ''}--output_dir {folders[1]} on machine 1 is not "
+            "the folder rank 0 (machine 0) writes "
             "into (it holds no lock file of this run): the machines must share the output folder; give every machine "
             "one shared folder (a network file system) as --output_dir")
         assert "no tokenizer" not in stderr and "DistStoreError" not in stderr
@@ -578,9 +581,9 @@ def test_a_machine_lost_during_a_save_leaves_a_complete_checkpoint_and_the_right
 
 @pytest.mark.slow
 def test_a_machine_alive_but_stuck_before_a_step_is_named_within_the_ddp_timeout(tmp_path):
-    """Machine 1 hangs before optimizer step 10 in a call that lets its heartbeat thread run (a hung read of a
-    network file system, a collective that never returns): its heartbeat goes on, so it is not "lost", but it began
-    fewer steps, and machine 0's line names it within --ddp_timeout (15 s) and the heartbeats' check (3 s)."""
+    """Machine 1 hangs while it makes step 10's batch, in a call that lets its heartbeat thread run (a hung read of a
+    network file system): its heartbeat goes on, so it is not "lost", but it made fewer batches, and machine 0's line
+    names it within --ddp_timeout (15 s) and the heartbeats' check (3 s)."""
     folder = tmp_path / "run"
     fault = fault_env(tmp_path, "step:10")
     machines = two_machines([folder], "--ddp_timeout", "15", machine_1=fault)
@@ -593,7 +596,7 @@ def test_a_machine_alive_but_stuck_before_a_step_is_named_within_the_ddp_timeout
         kill_all(machines[1])
         ended(machines[1], timeout=60)
     assert status != 0 and 15 <= seconds < 40, (seconds, stderr[-3000:])
-    assert re.search(r"^train\.py: error: rank 0 \(machine 0\) stopped after optimizer step 9: waited for rank 1 "
-                     r"\(machine 1\), alive but 1 optimizer step behind \(no answer within --ddp_timeout 15 s\); "
+    assert re.search(r"^train\.py: error: rank 0 \(machine 0\) stopped after optimizer step [89]: waited for rank 1 "
+                     r"\(machine 1\), alive but 1 training batch behind \(no answer within --ddp_timeout 15 s\); "
                      r"resume on every machine with --resume_from_checkpoint last \(the newest complete checkpoint: "
-                     r"\S+checkpoint-8\)$", stderr, flags=re.M), stderr[-3000:]
+                     r"\S+checkpoint-8\)$", stderr, flags=re.M), stderr[-3000:]  # the loader fetches a batch ahead

@@ -1,7 +1,6 @@
 """The training run's callbacks: the sampler's epoch (`_SetSamplerEpoch`), the records every checkpoint keeps and a
 resumed run goes on from (`TrainingClock`, `CheckpointSchedule`, `EpochBatches`, `LaunchHistory`) and the stop-time
-limit (`StopTime`), and the steps each process began, kept in the run's store for naming a stuck process
-(`StepsBegun`)."""
+limit (`StopTime`)."""
 
 from __future__ import annotations
 
@@ -22,18 +21,6 @@ from ..common.file_writes import replace_text
 from ..data.batching import TokenBudgetBatchSampler, lengths_digest, token_lengths
 from .arguments import TransformerTrainingArguments
 from .checkpoints import TRAINER_STATE_NAME, callback_record, json_object
-
-
-class StepsBegun(TrainerCallback):
-    """Counts each optimizer step this process begins in the run's store (`world.Heartbeats.step_began`), from the
-    training loop itself: a process stuck before a step (in a read, or a collective) stays behind there while its
-    heartbeat thread goes on, and a failed collective's line names it."""
-
-    def __init__(self, heartbeats):
-        self.heartbeats = heartbeats
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.heartbeats.step_began()
 
 
 class _SetSamplerEpoch(TrainerCallback):

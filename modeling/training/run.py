@@ -42,7 +42,6 @@ from .callbacks import (
     CompileTime,
     EpochBatches,
     LaunchHistory,
-    StepsBegun,
     StopSignals,
     StopTime,
     TrainingClock,
@@ -574,7 +573,7 @@ def train(
 def _train(model_args, data_args, training_args, config_path, argv, built: list, heartbeats: Heartbeats) -> dict:
     setup = setup_training(model_args, data_args, training_args)
     built.append(setup)
-    setup.trainer.add_callback(StepsBegun(heartbeats))
+    setup.trainer.batch_made = heartbeats.batch_made
     try:
         trainer, tokenizer, corpus, tokenized = setup.trainer, setup.tokenizer, setup.corpus, setup.tokenized
         if trainer.is_world_process_zero():

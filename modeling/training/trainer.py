@@ -226,6 +226,10 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
                                                 config.decoder_start_token_id)
         return TokenIdsChecked(collator, config) if isinstance(self.data_collator, TokenIdsChecked) else collator
 
+    # called with each training batch made, in the training process (`world.Heartbeats.batch_made`: a process stuck
+    # before its next batch, in a read, stays behind there while its heartbeat goes on)
+    batch_made = None
+
     def get_train_dataloader(self) -> DataLoader:
         if getattr(self.args, "max_tokens", None) is None:
             return super().get_train_dataloader()
@@ -241,10 +245,13 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         else:
             self.add_callback(_SetSamplerEpoch(sampler))
         packed = isinstance(sampler, PackedBatchSampler)
+        collate = self.packed_collator(sampler) if packed else self.data_collator
+        if self.batch_made is not None and self.args.dataloader_num_workers == 0:
+            collate = _Counted(collate, self.batch_made)
         dataloader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.packed_collator(sampler) if packed else self.data_collator,
+            collate_fn=collate,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
             persistent_workers=self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0,
@@ -256,6 +263,18 @@ class TransformerSeq2SeqTrainer(Seq2SeqTrainer):
         # accelerate wraps the batch sampler in `BatchSamplerShard`: batch i goes to process i % num_processes,
         # and the sampler made the batch count a multiple of the number of processes, so none is duplicated.
         return self.accelerator.prepare(dataloader)
+
+
+class _Counted:
+    """A collator that calls `made()` after each batch it makes."""
+
+    def __init__(self, collate, made):
+        self.collate, self.made = collate, made
+
+    def __call__(self, features):
+        batch = self.collate(features)
+        self.made()
+        return batch
 
 
 __all__ = [

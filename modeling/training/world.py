@@ -11,10 +11,10 @@ names no process. What torch gives for this: gloo's and NCCL's collective timeou
 aborts a hung communicator at that timeout), which raise without naming a rank; gloo's `monitored_barrier`, which
 names the ranks that did not arrive, but only on rank 0, only where every process calls it, and no longer once a
 collective has failed; and the elastic agent's monitor, which sees its own machine's workers only. So every process
-counts up a key of its own in the run's store once a second (`Heartbeats`, from a thread), and the optimizer steps it
-began (from the training loop); after a collective failed, one read of every rank's keys tells the lost (a count that
-stands still: dead or frozen) from the stuck (alive, but fewer steps begun: a read or a collective that lets its
-heartbeat run) and from the ended (finished, or reporting an error of its own); where the store itself is gone, it
+counts up a key of its own in the run's store once a second (`Heartbeats`, from a thread), and the training batches it
+made (from its data loader); after a collective failed, one read of every rank's keys tells the lost (a count that
+stands still: dead or frozen) from the stuck (alive, but fewer batches made: a hung read of the data, or another call
+that lets its heartbeat run) and from the ended (finished, or reporting an error of its own); where the store itself is gone, it
 was the first machine's (which keeps it) that was lost. A beat the store does not take is retried, and said once.
 """
 
@@ -148,8 +148,8 @@ class Verdict:
       (this process kept none: one process, or no store known);
     - `lost`: the ranks whose heartbeat stood still (dead or frozen), the ones that ended (finished or reported an
       error of their own) left out;
-    - `behind`: ranks alive but that began fewer optimizer steps than this one (stuck in a read, a collective or a
-      loop that lets their heartbeat run), each with how many steps it is behind;
+    - `behind`: ranks alive but that made fewer training batches than this one (stuck in a read of the data, or
+      another call that lets their heartbeat run), each with how many batches it is behind;
     - `ended`: ranks that ended on their own (finished, or reported an error of their own)."""
 
     store: str
@@ -160,7 +160,7 @@ class Verdict:
 
 class Heartbeats:
     """Each process counts up a key of its own in the run's store every `interval` seconds, from a daemon thread, on a
-    connection of its own, and the optimizer steps it began (`step_began`, from the training loop); `check()` tells
+    connection of its own, and the training batches it made (`batch_made`, from the data loader); `check()` tells
     from them which processes stopped, and which are alive but behind (see the module doc and `Verdict`). Every key of
     every rank is made (at 0) when beating starts, so that one read of the store (`multi_get`) gives them all."""
 
@@ -225,9 +225,10 @@ class Heartbeats:
         except Exception:  # noqa: BLE001 - a record the store cannot take changes nothing of the run
             pass
 
-    def step_began(self) -> None:
-        """Count an optimizer step this process began (called from the training loop, not the beating thread, so
-        that a process stuck in a read or a collective stays behind while its heartbeat goes on)."""
+    def batch_made(self) -> None:
+        """Count a training batch this process made (called by its data loader, not the beating thread: a process
+        stuck before its next batch, in a hung read, stays behind while its heartbeat goes on; the others, waiting for
+        it in the step's collectives, have made theirs)."""
         self._add("steps")
 
     def ended(self) -> None:
@@ -244,7 +245,7 @@ class Heartbeats:
             self._thread.join(timeout=5 * self.interval + 10)
 
     def _read(self, store) -> dict[str, list[int]]:
-        """Every rank's beats, steps begun and end mark, in one read of the store."""
+        """Every rank's beats, training batches made and end mark, in one read of the store."""
         values = [int(value) for value in store.multi_get(self._keys())]
         n = self.world.processes
         return {"beats": values[:n], "steps": values[n:2 * n], "ended": values[2 * n:]}
@@ -305,8 +306,8 @@ def lost_process_message(world: World, verdict: Verdict, error: BaseException, s
     if verdict.lost:
         who = f"lost {', '.join(world.name(rank) for rank in verdict.lost)} ({how})"
     elif verdict.behind:
-        stuck = ", ".join(f"{world.name(rank)}, alive but {behind} optimizer step{'s' if behind != 1 else ''} behind"
-                          for rank, behind in verdict.behind)
+        stuck = ", ".join(f"{world.name(rank)}, alive but {behind} training batch{'es' if behind != 1 else ''} "
+                          "behind" for rank, behind in verdict.behind)
         who = f"waited for {stuck} ({how})"
     elif verdict.store == "gone" and world.store is not None and world.machine != 0:
         # machine 0 keeps the store: gone with it (its launcher may outlive its process a moment, which then reads
