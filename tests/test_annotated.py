@@ -15,16 +15,18 @@ import sys
 
 import numpy as np
 import pytest
+import sacrebleu
 import torch
 from docs_helpers import prose
 from launch_helpers import load_script
 from model_helpers import assert_varied, generating_model, padded_batch, tiny_model, trained_to_copy
 
-from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling import AnnotatedTransformerConfig
+from modeling.modeling_annotated_transformer import shift_tokens_right
 from modeling.learning import demonstrations as demo
+from modeling.learning import multi30k, solutions
 from modeling.learning.figures import FIGURES, TRAINED
 from modeling.learning.greedy import greedy_decode
-from tools.annotated_page import solutions
 from tools.annotated_page.excerpts import REPOSITORY, abridge, excerpt, resolve
 from tools.annotated_page.figure_data import (
     check_figures,
@@ -43,14 +45,14 @@ from tools.annotated_page.page import (
     check_text,
     figure_names,
     find_blocks,
-    only_definitions,
     parse,
     render_block,
     run_cells,
     same_printout,
     update_text,
+    walk_namespace,
 )
-from tools.annotated_page.solutions import GIVEAWAYS, given_away
+from tools.annotated_page.giveaways import GIVEAWAYS, given_away
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest (conftest)
 
@@ -237,7 +239,6 @@ def test_the_page_shows_every_figure_in_order_and_each_is_committed_with_its_dat
         assert json.loads(data_path(FIGURES_DIR, name).read_text())["axes"], name
     total = sum((FIGURES_DIR / f"{name}.{kind}").stat().st_size for name in FIGURES for kind in ("png", "json"))
     assert total < 1.5 * 2**20, f"docs/figures/ holds {total / 2**20:.1f} MiB"
-    assert "](cross_attention_multi30k.png)" in page and (PAGE.parent / "cross_attention_multi30k.png").is_file()
 
 
 def test_the_page_names_only_tests_that_exist(page):
@@ -537,6 +538,36 @@ def test_layer_norm_ignores_the_batch_and_batch_norm_does_not():
 # ---- §3.3, §3.4 ------------------------------------------------------------------------------------------------------
 
 
+def run_cell(namespace: dict, source: str) -> str:
+    """What `source` prints, run in `namespace`."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(source, "<a cell of the page>", "exec"), namespace)
+    return printed.getvalue()
+
+
+def page_cell(page: str, output: str):
+    """The page's cell whose printout is the output block `output`."""
+    return next(cell for cell in parse(page).cells if cell.output is not None and cell.output.name == output)
+
+
+def test_the_feed_forward_cell_s_three_views_agree_on_the_same_weights(page):
+    """The page's cell, run: with the package's weights loaded first, the whole sequence, each position alone, two
+    convolutions of kernel size 1 and the package's module agree to float32 rounding (1e-6, on outputs of order 1).
+    Computed before the load, as the cell once did, two of them are another network's and differ by about 1."""
+    source = page_cell(page, "feed_forward").source
+    printed = run_cell(walk_namespace(page), source)
+    differences = {line.split(" largest")[0].strip(): float(line.rsplit(" ", 1)[1]) for line in printed.splitlines()}
+    assert set(differences) == {"by position", "convolutions", "the package's"}
+    assert all(difference < 1e-6 for difference in differences.values()), differences
+    load = next(line for line in source.splitlines() if line.startswith("ffn.load_state_dict("))
+    loop = "    for name, other in"
+    loaded_late = source.replace(load + "\n", "").replace(loop, f"    {load}\n{loop}")
+    assert loaded_late != source
+    late = run_cell(walk_namespace(page), loaded_late)
+    assert max(float(line.rsplit(" ", 1)[1]) for line in late.splitlines()) > 0.1
+
+
 def test_the_feed_forward_network_is_two_convolutions_with_kernel_size_1():
     outputs = demo.feed_forward_three_ways()
     for name in ("by position", "convolutions"):
@@ -719,25 +750,20 @@ def test_the_table_of_differences_states_the_defaults(page):
     assert additive.min() == torch.finfo(torch.float32).min  # "the dtype's minimum (eager)"
 
 
-def test_a_fully_masked_row_is_nan_with_minus_1e9_and_uniform_with_the_dtype_minimum():
-    scores = torch.zeros(4)
-    minus_1e9 = torch.tensor(-1e9).half().item()  # beyond float16's range
-    assert minus_1e9 == float("-inf") and scores.fill_(minus_1e9).softmax(-1).isnan().all()
-    uniform = scores.fill_(torch.finfo(torch.float16).min).softmax(-1)
-    torch.testing.assert_close(uniform, torch.full((4,), 0.25))
+def test_minus_1e9_cannot_fill_float16_and_the_dtype_minimum_gives_a_uniform_row():
+    """The Annotated Transformer's masked_fill(-1e9) raises on float16 scores; -1e9 cast to float16 is -inf, and a
+    fully masked row of it is NaN; the dtype's minimum gives a uniform row (and -1e9 does in float32)."""
+    scores, masked = torch.zeros(4, dtype=torch.float16), torch.ones(4, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="cannot be converted to type .*Half without overflow"):
+        scores.masked_fill(masked, -1e9)
+    minus_1e9 = torch.tensor(-1e9).half()  # beyond float16's range
+    assert minus_1e9.item() == float("-inf") and (scores + minus_1e9).softmax(-1).isnan().all()
+    uniform = scores.masked_fill(masked, torch.finfo(torch.float16).min).softmax(-1)
+    torch.testing.assert_close(uniform, torch.full((4,), 0.25, dtype=torch.float16))
+    torch.testing.assert_close(torch.zeros(4).masked_fill(masked, -1e9).softmax(-1), torch.full((4,), 0.25))
 
 
 # ---- the model built from scratch, the exercises' answers ----------------------------------------------------------
-
-
-def walk_namespace(page: str) -> dict:
-    """What the page's cells define: its setup cell, then every cell that only imports and defines (functions,
-    classes), in order, the exercises' stubs left out; the walk's own solutions come after their breaks."""
-    cells = parse(page).cells
-    namespace: dict = {"__name__": "__main__"}
-    for cell in [cells[0], *(cell for cell in cells[1:] if not cell.exercise and only_definitions(cell.source))]:
-        exec(compile(cell.source, f"<docs/annotated.md, {cell.label()}>", "exec"), namespace)
-    return namespace
 
 
 def test_no_exercise_s_answer_shows_before_its_solution_break(page):
@@ -746,7 +772,42 @@ def test_no_exercise_s_answer_shows_before_its_solution_break(page):
     name, _, end = next(exercise for exercise in parse(page).exercises if exercise[0] == "causal_mask")
     leaked = page[:end] + "\n```python\nmask = torch.ones(4, 4).tril()\n```\n" + page[end:]
     found = given_away(leaked)
-    assert len(found) == 1 and "'tril' gives away the answer of exercise causal_mask" in found[0]
+    assert len(found) == 2 and "'tril' gives away the answer of exercise causal_mask" in found[0]
+    assert "the learner's notebook, cell" in found[1] and "its code shows 'tril'" in found[1]
+
+
+def test_a_printout_that_shows_a_checked_value_before_its_break_is_named(page):
+    """A value the check of noam_rate expects (the rate at step 4000, 6.988e-04 to the digits printed), printed
+    between the exercise and its solution break, gives the answer away; printed after the break, it does not."""
+    name, _, end = next(exercise for exercise in parse(page).exercises if exercise[0] == "noam_rate")
+    cell = "\n```python\nprint(0.0007)\n```\n\n<!-- output: peak -->\n```text\npeak 6.988e-04\n```\n<!-- /output -->\n"
+    found = given_away(page[:end] + cell + page[end:])
+    assert len(found) == 1 and "output: peak --> prints 6.988e-04, a value the check of exercise noam_rate" in found[0]
+    after = page.index("<!-- /solution -->", end) + len("<!-- /solution -->\n")
+    assert given_away(page[:after] + cell + page[after:]) == []
+    assert given_away(page[:end] + cell.replace("6.988e-04", "7.0e-04") + page[end:]) == []  # too few digits
+
+
+def test_the_learner_s_notebook_holds_no_answer_and_takes_yours_or_the_reference(page):
+    """The learner's notebook leaves out the page's solution regions, folds the package's code that holds an answer
+    in <details>, and after each exercise takes the learner's answer or the reference; a cell that shows an answer
+    after the break (the page may, the notebook may not) is named."""
+    pytest.importorskip("nbformat")
+    from tools.annotated_page.notebook import build_notebook
+
+    notebook = build_notebook(page)
+    code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    assert "# modeling/learning/solutions.py" not in markdown and "**Solution below** (exercise" not in markdown
+    assert markdown.count("<details><summary>The package's <code>") >= 5
+    for name in GIVEAWAYS:
+        assert not re.search(GIVEAWAYS[name], code), name
+        assert f'{name} = yours_or_reference("{name}", {name})' in code, name
+    after = page.index("<!-- /solution -->", page.index("<!-- solution: causal_mask -->")) + len("<!-- /solution -->\n")
+    leaked = page[:after] + "\n```python\nmask = torch.ones(4, 4).tril()\n```\n" + page[after:]
+    found = given_away(leaked)
+    assert len(found) == 1 and "the learner's notebook, cell" in found[0]
+    assert "answer of exercise causal_mask" in found[0]
 
 
 @pytest.mark.parametrize("name", sorted(GIVEAWAYS))
@@ -797,27 +858,138 @@ def test_the_walk_s_greedy_decoding_gives_the_tokens_of_generate(page):
     assert_varied(expected)
 
 
-def test_a_trained_model_folder_decodes_alike_in_the_walk_s_model(page, tmp_path, monkeypatch):
-    """The page's cell that carries a trained model into the model built from scratch, given a translation model's
-    folder (`ANNOTATED_TRANSFORMER_MODEL`): German sentences in, the same tokens as generate() out, printed as
-    Source / Target / Model Output."""
-    tokenizer = demo.joint_tokenizer()
-    config = AnnotatedTransformerConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
-                                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                                        decoder_ffn_dim=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    model = trained_to_copy(AnnotatedTransformerForConditionalGeneration(config), steps=100)
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+# ---- section 18: the shipped model in the model built from scratch -----------------------------------------------
+
+
+LOGIT_TOLERANCE = 1e-4  # the page's: float32 rounding carried through 12 layers, on logits as large as about 20
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """(model, tokenizer, target tokenizer) of the model the repository ships (models/multi30k-de-en-cpu)."""
+    from modeling.inference.translation import load_translation_model
+
+    return load_translation_model(multi30k.shipped_model(), device="cpu")
+
+
+def test_the_walk_s_model_carries_the_shipped_model(page, shipped):
+    """The shipped German→English weights in the model built from scratch (through the page's `from_package`) give
+    the package's logits (to 1e-4) and greedy tokens on the walk's written German sentences, and translate them; with
+    two decoder layers' weights swapped the logits are off by whole units."""
+    model, tokenizer, target_tokenizer = shipped
     walk = walk_namespace(page)
-    cell = next(cell for cell in parse(page).cells if "MODEL_FOLDER = os.environ" in cell.source)
-    monkeypatch.setenv("ANNOTATED_TRANSFORMER_MODEL", str(tmp_path))
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(cell.source, "<the trained model's cell>", "exec"), walk)
-    lines = printed.getvalue().splitlines()
-    assert lines[1] == f"Source:       {demo.EXAMPLE_PAIRS[0][0]}" and lines[2] == f"Target:       {demo.EXAMPLE_PAIRS[0][1]}"
-    assert sum(line.startswith("Model Output: ") for line in lines) == 3
+    ours = walk["from_package"](model)
+    sources, targets = map(list, zip(*demo.EXAMPLE_PAIRS))
+    batch = tokenizer(sources, text_target=targets, padding=True, return_tensors="pt")
+    src, pad = batch["input_ids"], model.config.pad_token_id
+    tgt = shift_tokens_right(batch["labels"], pad, model.config.decoder_start_token_id)
+    with torch.no_grad():
+        logits = ours(src, tgt, *walk["make_masks"](src, tgt, pad))
+        expected = model(input_ids=src, attention_mask=batch["attention_mask"], decoder_input_ids=tgt,
+                         decoder_attention_mask=(tgt != pad).long()).logits
+    torch.testing.assert_close(logits, expected, rtol=0, atol=LOGIT_TOLERANCE)
+    decoded = walk["greedy_decode"](ours, src, walk["make_masks"](src, src, pad)[0], multi30k.MAX_NEW_TOKENS,
+                                    model.config.decoder_start_token_id, model.config.eos_token_id, pad)
+    generated = model.generate(src, attention_mask=batch["attention_mask"], num_beams=1, do_sample=False,
+                               max_new_tokens=multi30k.MAX_NEW_TOKENS)
+    assert torch.equal(decoded, generated)
+    translations = target_tokenizer.batch_decode(decoded, skip_special_tokens=True)
+    assert sacrebleu.corpus_bleu(translations, [targets]).score > 15, translations  # it translates
+    swap = {"decoder.layers.0.": "decoder.layers.1.", "decoder.layers.1.": "decoder.layers.0."}
+    ours.load_state_dict({re.sub(r"decoder\.layers\.[01]\.", lambda match: swap[match.group(0)], name): tensor
+                          for name, tensor in walk["package_to_ours"](model.state_dict()).items()})
+    with torch.no_grad():
+        assert (ours(src, tgt, *walk["make_masks"](src, tgt, pad)) - expected).abs().max() > 1.0
+
+
+def run_section_18(page: str) -> tuple[dict, dict[str, str]]:
+    """Section 18's cells, run after the walk's definitions: (the namespace, {output name: what its cell printed})."""
+    start, end = page.index("## 18. "), page.index("## Appendix")
+    namespace, printed = walk_namespace(page), {}
+    for cell in parse(page).cells:
+        if start < cell.start < end:
+            output = run_cell(namespace, cell.source)
+            if cell.output is not None:
+                printed[cell.output.name] = output
+    assert {"shipped_model", "shipped_logits", "shipped_translations", "shipped_bleu", "shipped_attention"} <= set(
+        printed)
+    return namespace, printed
+
+
+def test_section_18_prints_what_the_page_says_on_multi30k(page, multi30k_dir, monkeypatch):
+    """On Multi30k's validation pairs, section 18's cells print what the page records: the logits' agreement, five
+    translations with the tokens of generate(), the BLEU of 100 (the same for both), the attention's shapes."""
+    monkeypatch.setenv("MULTI30K_DIR", str(multi30k_dir))
+    _, printed = run_section_18(page)
+    blocks = {block.name: page[block.start:block.end] for block in parse(page).blocks if block.kind == "output"}
+    for name, output in printed.items():
+        assert same_printout(blocks[name], render_block("output", name, output)), (name, output)
+    bleus = re.findall(r"BLEU ([\d.]+)", printed["shipped_bleu"])
+    assert len(bleus) == 2 and bleus[0] == bleus[1] and float(bleus[0]) > 20
+
+
+def test_the_translation_attention_figure_is_what_the_walk_s_model_draws(page, tmp_path, monkeypatch):
+    """Without Multi30k, section 18 says so in one line and runs on the written pairs; its last cell draws, from the
+    weights kept by the walk's own MultiHeadAttention, the picture committed as docs/figures/translation_attention
+    (which make_figures.py draws from the package's weights): the same numbers, to the figures' tolerance."""
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path))  # an empty folder: no Multi30k
+    namespace, printed = run_section_18(page)
+    assert printed["validation_pairs"].startswith(f"Multi30k is not in {tmp_path} (set MULTI30K_DIR, or download")
+    assert "12 validation pairs" in printed["validation_pairs"]
+    from modeling.learning.figures import translation_attention_figure
+
+    tokenizer, target_tokenizer = namespace["tokenizer"], namespace["target_tokenizer"]
+    drawn = figure_data(translation_attention_figure(
+        namespace["attentions"], multi30k.token_labels(tokenizer, namespace["src"][0].tolist()),
+        multi30k.token_labels(target_tokenizer, namespace["tgt"][0].tolist())))
+    recorded = json.loads(data_path(FIGURES_DIR, "translation_attention").read_text())
+    recorded.pop("png_sha256")
+    assert differences(recorded, drawn, "translation_attention") == []
+    maps = [image for axes in drawn["axes"] for image in axes["images"]]
+    config = namespace["config"]
+    assert len(maps) == 3 * config.encoder_layers * config.encoder_attention_heads
+
+
+def test_the_shipped_model_and_multi30k_are_found_in_the_clone_or_named_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPOSITORY / "notebooks")  # where the notebook runs: the clone is found above it
+    assert multi30k.shipped_model() == REPOSITORY / "models" / "multi30k-de-en-cpu"
+    assert multi30k.checkout() == REPOSITORY and multi30k.checkout(tmp_path) == tmp_path
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    assert multi30k.multi30k_folder() == REPOSITORY / "data" / "multi30k"
+    from modeling.data.corpus import MULTI30K_DOWNLOAD
+    from modeling.learning.figures import translation_attention_figure
+
+    assert multi30k.download_command() == MULTI30K_DOWNLOAD  # read without importing `datasets`
+    assert multi30k.validation_pairs(tmp_path) == list(demo.EXAMPLE_PAIRS)
+    assert capsys.readouterr().out == (f"Multi30k is not in {tmp_path} (set MULTI30K_DIR, or download it into "
+                                       f"data/multi30k from the clone's folder: {MULTI30K_DOWNLOAD}); the walk's 12 "
+                                       "written pairs instead\n")
+    import gzip
+
+    for side, lines in (("de", ["Ein Hund.", "Zwei Katzen."]), ("en", ["A dog.", "Two cats."])):
+        with gzip.open(tmp_path / f"val.{side}.gz", "wt", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path))
+    assert multi30k.validation_pairs() == [("Ein Hund.", "A dog."), ("Zwei Katzen.", "Two cats.")]
+    monkeypatch.chdir(tmp_path)  # outside a clone (an installed package): no model to find
+    with pytest.raises(FileNotFoundError, match="holds no model .*run the walk in a clone of the repository"):
+        translation_attention_figure()
+
+
+def test_the_attention_example_is_a_validation_pair(multi30k_dir):
+    assert multi30k.ATTENTION_EXAMPLE in multi30k.validation_pairs(multi30k_dir)
+
+
+def test_the_table3_settings_count_the_parameters_of_the_measured_runs(page):
+    """Section 17's printed parameter counts are those benchmarks/results-table3-cpu.json records of its runs."""
+    namespace = {**walk_namespace(page), "AnnotatedTransformerConfig": AnnotatedTransformerConfig}
+    printed = run_cell(namespace, page_cell(page, "table3_settings").source)
+    counts = {re.split(r"\s{2,}", line)[0]: int(line.rsplit(" ", 1)[1].replace(",", ""))
+              for line in printed.splitlines()[1:]}
+    runs = json.loads((REPOSITORY / "benchmarks" / "results-table3-cpu.json").read_text())["runs"]
+    measured = {"base": "base-seed0", "(A) h 1": "A-heads-1", "(A) h 16": "A-heads-16", "(B) d_k 8": "B-d_k-8",
+                "(E) learned positions": "E-learned-positions"}
+    assert counts == {row: runs[run]["parameters"] for row, run in measured.items()}
 
 
 def _table3_files(folder, base_bleus, rows):

@@ -1,7 +1,9 @@
 """The walk's notebooks (notebooks/), generated from docs/annotated.md: they are the page's cells, they run top to
 bottom in a Jupyter kernel with only the `notebook` extra's packages and print what the page says (the cells that
-train behind `slow`), they say how to open them and install what they need from the one address pyproject.toml gives
-(or none), and every exercise's check fails on its stub and passes on its solution."""
+train behind `slow`; the last section on Multi30k's validation split, so the runs need it), they say how to open them
+and install what they need from the one address pyproject.toml gives (or none), every exercise's check fails on its
+stub and passes on its solution, and after each exercise the walk goes on with the learner's answer where it passes
+and the reference solution where it does not."""
 
 import ast
 import importlib.metadata
@@ -16,8 +18,8 @@ import tomllib
 import pytest
 import torch
 
-from modeling.learning.exercises import EXERCISES, check, problem
-from tools.annotated_page import solutions
+from modeling.learning import solutions
+from modeling.learning.exercises import EXERCISES, check, problem, reference
 from tools.annotated_page.excerpts import REPOSITORY
 from tools.annotated_page.notebook import (
     NOTEBOOK,
@@ -27,13 +29,14 @@ from tools.annotated_page.notebook import (
     colab_url,
     execute_notebook,
     install_source,
+    notebook_markdown,
     notebook_requirements,
     output_problems,
     printed,
     repository_url,
     source_problems,
 )
-from tools.annotated_page.page import PAGE, only_definitions, parse
+from tools.annotated_page.page import PAGE, only_choices, only_definitions, parse, walk_namespace
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
@@ -50,6 +53,13 @@ def quiet_kernel(monkeypatch):
     """A kernel on one thread (the small models run fastest so, and leave the other core alone), offline."""
     for name, value in {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def multi30k_kernel(quiet_kernel, multi30k_dir, monkeypatch):
+    """`quiet_kernel` reading Multi30k from the tests' copy (skipped without it): the page's printouts of its last
+    section are Multi30k's."""
+    monkeypatch.setenv("MULTI30K_DIR", str(multi30k_dir))
 
 
 # ---- generated from the page, committed with their outputs -----------------------------------------------------------
@@ -85,7 +95,8 @@ def test_the_notebook_is_the_page_s_cells_in_order(page):
     markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
     assert "def sinusoidal_positional_encoding(" in markdown  # the excerpts, to read
     assert "<!--" not in markdown and "](figures/" not in markdown and "python scripts/make_figures.py" not in markdown
-    assert "](results.md)" not in markdown and "**Solution below**" in markdown
+    assert "](results.md)" not in markdown and "<details>" in markdown
+    assert "**Solution below** (exercise" not in markdown  # the page's solution regions are left out
     slow = [cell for cell in notebook.cells if "slow" in cell.metadata.get("tags", [])]
     assert len(slow) == sum(cell.slow for cell in cells) and all("model" in cell.source for cell in slow)
 
@@ -124,7 +135,9 @@ def test_without_an_address_the_notebooks_say_how_to_open_them_and_use_a_checkou
         assert "git+" not in notebook.cells[1].source
     markdown = "\n".join(cell.source for cell in build_notebook(page, pyproject=pyproject).cells
                          if cell.cell_type == "markdown")
-    assert "](../docs/results.md)" in markdown and "](../docs/cross_attention_multi30k.png)" in markdown
+    assert "](../docs/results.md)" in markdown and "](../models/multi30k-de-en-cpu)" in markdown
+    assert notebook_markdown("![a picture](cross_attention_multi30k.png)") == (
+        "![a picture](../docs/cross_attention_multi30k.png)")  # a picture no cell draws
     assert "](annotated_transformer_solutions.ipynb)" in markdown and "https://github.com" not in markdown
     for link in re.findall(r"\]\((\.\./[^)#\s]+)", markdown):  # they work from notebooks/ in a clone
         assert (NOTEBOOK.parent / link).exists(), link
@@ -149,7 +162,8 @@ def test_with_an_address_the_notebooks_open_on_colab_and_install_from_it(page, t
     markdown = "\n".join(cell.source for cell in build_notebook(page, pyproject=pyproject).cells
                          if cell.cell_type == "markdown")
     assert f"]({url}/blob/main/docs/results.md)" in markdown
-    assert f"]({url}/raw/main/docs/cross_attention_multi30k.png)" in markdown  # a picture no cell draws
+    assert notebook_markdown("![a picture](cross_attention_multi30k.png)", url) == (
+        f"![a picture]({url}/raw/main/docs/cross_attention_multi30k.png)")  # a picture no cell draws
     source = install_source(url, notebook_requirements(pyproject))
     (tmp_path / "elsewhere").mkdir()
     calls = run_install_cell(source, monkeypatch, tmp_path / "elsewhere", installed=False)  # as on Colab
@@ -218,7 +232,7 @@ def lean(notebook):
 def test_the_notebook_extra_is_lean():
     requirements = notebook_requirements()
     assert {"transformers", "tokenizers", "matplotlib"} <= {requirement_name(r) for r in requirements}
-    assert not {"datasets", "evaluate", "tensorboard", "sacrebleu"} & installed_closure(requirements)
+    assert not {"datasets", "evaluate", "tensorboard"} & installed_closure(requirements)
 
 
 def test_the_walk_s_imports_work_with_only_the_notebook_extra(page):
@@ -241,14 +255,18 @@ def test_the_walk_s_imports_work_with_only_the_notebook_extra(page):
 # ---- they run --------------------------------------------------------------------------------------------------------
 
 
-def test_the_notebook_runs_and_prints_what_the_page_says(page, quiet_kernel):
+def test_the_notebook_runs_and_prints_what_the_page_says(page, multi30k_kernel):
     """Every cell but the slow ones, in a fresh kernel: no error, each printout as on the page, each picture drawn,
-    and each exercise's check says its stub is not done yet."""
+    each exercise's check says its stub is not done yet, and the walk goes on with the reference solutions."""
     executed = execute_notebook(lean(build_notebook(page)), skip_slow=True)
     executed.cells.pop(0)  # the blocker
     assert output_problems(executed, page) == []
     checks = [printed(cell) for cell in executed.cells if cell.metadata.get("walk", {}).get("role") == "check"]
     assert len(checks) == len(EXERCISES) and all(": not yet: replace the stub's" in text for text in checks)
+    chosen = "".join(printed(cell) for cell in executed.cells if "yours_or_reference(" in cell.source)
+    assert [line.split(":")[0] for line in chosen.splitlines()] == list(EXERCISES)
+    assert all(": the reference solution (modeling/learning/solutions.py), as yours is not right yet: replace the "
+               "stub's" in line for line in chosen.splitlines())
     outputs = [cell for cell in executed.cells if "output" in cell.metadata.get("walk", {})]
     assert len(outputs) >= 20
 
@@ -262,7 +280,7 @@ def test_the_solutions_notebook_runs_and_every_check_passes(page, quiet_kernel):
 
 
 @pytest.mark.slow
-def test_the_whole_notebook_runs_and_prints_what_the_page_says(page, quiet_kernel):
+def test_the_whole_notebook_runs_and_prints_what_the_page_says(page, multi30k_kernel):
     """The cells that train too: the copy task, decoding with and without the cache, the attention of every layer;
     with only the `notebook` extra's packages, as the fast run."""
     executed = execute_notebook(lean(build_notebook(page)))
@@ -285,25 +303,59 @@ def test_a_cell_that_prints_other_than_the_page_is_named(page):
 
 def exercise_functions(page: str) -> dict[str, tuple]:
     """Each exercise's (stub, solution): the page's setup cell, then its cells that only define (what the exercises
-    build on) and its stubs, run in order, as the solutions notebook runs them with the solutions in place."""
+    build on) and its stubs, each followed by its reference solution, in order, as the solutions notebook runs
+    them."""
     cells = parse(page).cells
     namespace: dict = {"__name__": "__main__"}
     exec(cells[0].source, namespace)  # the page's imports
-    stubs, found = {}, {}
+    found = {}
     for cell in cells[1:]:
         if cell.role == "stub":
             exec(cell.source, namespace)
-            stubs[cell.exercise] = namespace[cell.exercise]
+            stub = namespace[cell.exercise]
+            exec(inspect.getsource(getattr(solutions, cell.exercise)), namespace)  # on the walk's classes before it
+            found[cell.exercise] = (stub, namespace[cell.exercise])
         elif not cell.exercise and only_definitions(cell.source):
             exec(cell.source, namespace)
-    solution_namespace = dict(namespace)  # the walk's classes, for the solutions' classes to build on
-    for name, stub in stubs.items():
-        solution = getattr(solutions, name)
-        if inspect.isclass(solution):
-            exec(inspect.getsource(solution), solution_namespace)
-            solution = solution_namespace[name]
-        found[name] = (stub, solution)
     return found
+
+
+def test_the_walk_takes_your_answer_where_its_check_passes_and_the_reference_where_not(page, capsys):
+    """The page's cells with some exercises answered right (the reference's code, written in the notebook) and the
+    others left as stubs: after each, the walk's name is the learner's answer where its check passes, else the
+    reference (for a class, the learner's class with the reference's forward), one printed line saying which; and
+    the model the walk builds is made of the learner's classes where they are right."""
+    right = {"causal_mask", "attention", "SublayerConnection", "greedy_step"}
+    cells, namespace, answers = parse(page).cells, {"__name__": "__main__"}, {}
+    for cell in cells:
+        if cell is cells[0] or (not cell.exercise and (only_definitions(cell.source) or only_choices(cell.source))):
+            exec(cell.source, namespace)
+        elif cell.role == "stub":
+            exec(cell.source, namespace)
+            if cell.exercise in right:
+                exec(inspect.getsource(getattr(solutions, cell.exercise)), namespace)
+            answers[cell.exercise] = namespace[cell.exercise]
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == list(EXERCISES)
+    for name, answer in answers.items():
+        line = next(line for line in lines if line.startswith(f"{name}:"))
+        if name in right:
+            assert namespace[name] is answer and line == f"{name}: yours (its check passes)"
+        else:
+            assert namespace[name] is not answer and problem(name, namespace[name]) is None
+            assert line.startswith(f"{name}: the reference solution (modeling/learning/solutions.py), as yours is "
+                                   "not right yet: replace the stub's `raise NotImplementedError`")
+    assert issubclass(namespace["DecoderLayer"], answers["DecoderLayer"])  # the stub's __init__ ...
+    assert namespace["DecoderLayer"].forward is solutions.DecoderLayer.forward  # ... with the reference's forward
+    model = namespace["make_model"](vocab=11, n=1, d_model=32, d_ff=64, h=4)
+    assert type(model.encoder.layers[0].sublayer[0]) is answers["SublayerConnection"]
+    assert type(model.decoder.layers[0]) is namespace["DecoderLayer"]
+
+
+def test_the_reference_of_a_class_needs_the_class_itself():
+    with pytest.raises(TypeError, match="give your class DecoderLayer itself, not function"):
+        reference("DecoderLayer", lambda: None)
+    assert reference("causal_mask") is solutions.causal_mask
 
 
 def test_every_exercise_has_a_check_a_stub_and_a_solution_of_the_same_signature(page):
@@ -336,8 +388,10 @@ def uniform_but_padding(gold: list[int], vocab_size: int, epsilon: float) -> tor
     return torch.full((len(gold), vocab_size), 1 / (vocab_size - 1)).index_fill(1, torch.tensor([0]), 0.0)
 
 
-def logits_of(model, encoder_outputs, mask, tokens):
-    return model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tokens).logits
+def logits_of(model, memory, src_mask, tokens, tgt_mask="causal"):
+    """The walk's decoder and generator (`model` stands in for its EncoderDecoder), as an answer might call them."""
+    tgt_mask = solutions.causal_mask(tokens.size(1)) if tgt_mask == "causal" else tgt_mask
+    return model.generator(model.decode(memory, src_mask, tokens, tgt_mask))
 
 
 def attention_with(scale=True, fill=float("-inf"), invert=False, dim=-1, transpose=True):
@@ -396,14 +450,18 @@ WRONG_ANSWERS = [  # (exercise, a wrong answer, what the check says)
     ("noam_rate", lambda step, d_model, warmup: min(step**-0.5, step * warmup**-1.5),
      "the factor d_model^-0.5 is missing"),
     ("noam_rate", lambda step, d_model, warmup: "soon", "returned 'soon', not a number"),
-    ("greedy_step", lambda model, outputs, mask, tokens: logits_of(model, outputs, mask, tokens)[:, 0].argmax(-1),
+    ("greedy_step", lambda model, memory, mask, tokens: logits_of(model, memory, mask, tokens)[:, 0].argmax(-1),
      "took the first position's prediction"),
-    ("greedy_step", lambda model, outputs, mask, tokens: logits_of(model, outputs, None, tokens)[:, -1].argmax(-1),
-     "attends to the source's padding: pass attention_mask"),
-    ("greedy_step", lambda model, outputs, mask, tokens: logits_of(model, outputs, mask, tokens)[:, -1:].argmax(-1),
+    ("greedy_step", lambda model, memory, mask, tokens: logits_of(model, memory, None, tokens)[:, -1].argmax(-1),
+     "attends to the source's padding: pass src_mask"),
+    ("greedy_step", lambda model, memory, mask, tokens: logits_of(model, memory, mask, tokens, None)[:, -1].argmax(-1),
+     "the decoder's self-attention sees every token: give model.decode the causal mask"),
+    ("greedy_step", lambda model, memory, mask, tokens: logits_of(model, memory, mask, tokens)[:, -1:].argmax(-1),
      "has shape (2, 1)"),
-    ("greedy_step", lambda model, outputs, mask, tokens: tokens[:, -1], "gave [7, 19], expected [9, 26]"),
-    ("greedy_step", lambda model, outputs, mask, tokens: tokens[5], "it raised IndexError"),
+    ("greedy_step", lambda model, memory, mask, tokens: logits_of(model, memory, mask, tokens)[:, -1].argmin(-1),
+     "took the least probable token"),
+    ("greedy_step", lambda model, memory, mask, tokens: tokens[:, -1], "gave [12, 30], expected [9, 26]"),
+    ("greedy_step", lambda model, memory, mask, tokens: tokens[5], "it raised IndexError"),
 ]
 
 
@@ -456,12 +514,8 @@ CLASS_WRONG_ANSWERS = [  # (exercise, the body of a wrong forward, what the chec
 
 @pytest.fixture(scope="module")
 def walk(page) -> dict:
-    """The page's namespace as `exercise_functions` builds it: the walk's definitions, its own solutions last."""
-    cells = parse(page).cells
-    namespace: dict = {"__name__": "__main__"}
-    for cell in [cells[0], *(cell for cell in cells[1:] if not cell.exercise and only_definitions(cell.source))]:
-        exec(cell.source, namespace)
-    return namespace
+    """The page's namespace (`walk_namespace`): the walk's definitions, each exercise's name its reference."""
+    return walk_namespace(page)
 
 
 @pytest.mark.parametrize("name, body, says", CLASS_WRONG_ANSWERS,

@@ -68,12 +68,12 @@ def test_the_code_check_names_a_changed_a_missing_and_a_stale_file(tmp_path):
 
 def test_the_folder_s_card_is_the_reference_card():
     assert (FOLDER / "README.md").read_text(encoding="utf-8") == (REPO_ROOT / REFERENCE_CARD).read_text(encoding="utf-8")
-    assert f"from_pretrained(\"{SHIPPED_MODEL.as_posix()}\"" in (FOLDER / "README.md").read_text(encoding="utf-8")
+    assert f"from_pretrained(\"{SHIPPED_MODEL}\"" in (FOLDER / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_folder_s_scores_are_the_run_the_readme_and_the_card_show():
     run = reference_run(Benchmarks(REPO_ROOT))
-    assert run["model_folder"] == SHIPPED_MODEL.as_posix()
+    assert run["model_folder"] == SHIPPED_MODEL
     for evaluation, split in zip(EVALUATIONS, ("validation", "test")):
         results = json.loads((FOLDER / evaluation / "results.json").read_text(encoding="utf-8"))
         assert results["num_beams"] == run["num_beams"]

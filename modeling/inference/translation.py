@@ -48,7 +48,7 @@ GENERATION_TOKEN_LISTS = ("eos_token_id", "forced_eos_token_id")  # an id or a l
 ENGINES = ("pytorch", "ctranslate2")  # what translates: the model through transformers, or its CTranslate2 export
 # The German->English model committed with the repository (not in the wheel), relative to the checkout's root: what
 # translate.py and demo.py use where no model is given (models/multi30k-de-en-cpu/README.md: how it was made)
-SHIPPED_MODEL = Path("models") / "multi30k-de-en-cpu"
+SHIPPED_MODEL = "models/multi30k-de-en-cpu"
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -11,15 +11,21 @@ exercise.
     DecoderLayer(d_model, h, d_ff, dropout, norm_first)       §3.1: a decoder layer, against the package's
     noam_rate(step, d_model, warmup_steps)          §5.3: the learning rate at one step
     smoothed_target(gold_ids, vocab_size, epsilon)  §5.4: label smoothing's target distribution q
-    greedy_step(model, encoder_outputs, attention_mask, tokens)   §3: the next token of each sentence
+    greedy_step(model, memory, src_mask, tokens)    §3: the next token of each sentence, in the walk's model
 
 The two classes are the walk's own (docs/annotated.md builds the model from scratch): their stubs give `__init__`
 (the parts, named as the walk names them) and leave `forward` to write; a check builds them and loads the weights of
-the package's modules into them, so that their output can be compared with the package's.
+the package's modules into them, so that their output can be compared with the package's. `greedy_step` works on the
+walk's model (`decode`, `generator`), which its check stands in for with a package model (`WalkInterface`).
+
+After each exercise the walk calls `yours_or_reference(name, yours)`: the learner's answer where its check passes,
+the reference solution (`solutions`) where it does not, with one printed line saying which, so that the model the
+walk builds, trains and translates with is the learner's wherever the learner's code is right.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable
@@ -30,6 +36,7 @@ from torch import nn
 
 from ..modeling_annotated_transformer import eager_attention_forward, sinusoidal_positional_encoding
 from ..training.schedule import noam_learning_rate
+from . import solutions
 from .demonstrations import small_model, smoothed_targets
 
 
@@ -85,8 +92,11 @@ def _relative_position_rotation(answer: Callable) -> None:
                     f"w_i = 10000^(-2i/d_model), and the sign of each sine")
 
 
+SMOOTHING_CASES = (([4, 6, 2], 8, 0.1), ([5, 1], 12, 0.4))  # (gold ids, V, epsilon) the check of smoothed_target tries
+
+
 def _smoothed_target(answer: Callable) -> None:
-    for gold, vocab_size, epsilon in (([4, 6, 2], 8, 0.1), ([5, 1], 12, 0.4)):
+    for gold, vocab_size, epsilon in SMOOTHING_CASES:
         call = f"smoothed_target({gold}, {vocab_size}, {epsilon})"
         target = _tensor(answer(gold, vocab_size, epsilon), call, (len(gold), vocab_size)).double()
         expected = smoothed_targets(gold, vocab_size, epsilon)  # read back from the package's loss
@@ -389,8 +399,11 @@ def _decoder_layer(answer: Callable) -> None:
                     "network, each in its SublayerConnection")
 
 
+NOAM_CASES = ((1000, 512, 4000), (4000, 512, 4000), (16000, 512, 4000), (50, 256, 100))  # (step, d_model, warmup)
+
+
 def _noam_rate(answer: Callable) -> None:
-    for step, d_model, warmup_steps in ((1000, 512, 4000), (4000, 512, 4000), (16000, 512, 4000), (50, 256, 100)):
+    for step, d_model, warmup_steps in NOAM_CASES:
         call = f"noam_rate({step}, {d_model}, {warmup_steps})"
         value = answer(step, d_model, warmup_steps)
         try:
@@ -412,38 +425,66 @@ def _noam_rate(answer: Callable) -> None:
                     "step · warmup_steps^-1.5)")
 
 
+class WalkInterface:
+    """A package model behind the walk's interface (its `EncoderDecoder`): `decode(memory, src_mask, tgt, tgt_mask)`
+    runs the decoder stack over the embedded `tgt` with exactly the masks given (booleans, True where a query may
+    attend; None: every key), `generator(x)` projects onto the vocabulary. The check of `greedy_step` calls it."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        decoder = self.model.model.decoder
+        if tgt_mask is None:  # no mask: every key
+            tgt_mask = torch.ones(tgt.shape[1], tgt.shape[1], dtype=torch.bool)
+        if src_mask is None:
+            src_mask = torch.ones(1, memory.shape[1], dtype=torch.bool)
+        x = decoder.embeddings(tgt)
+        for layer in decoder.layers:  # the package's layers, given the masks themselves (they make none)
+            x = layer(x, tgt_mask.reshape((1,) * (4 - tgt_mask.dim()) + tuple(tgt_mask.shape)), memory,
+                      encoder_attention_mask=src_mask.reshape((1,) * (4 - src_mask.dim()) + tuple(src_mask.shape)))
+        return x if decoder.layer_norm is None else decoder.layer_norm(x)
+
+    def generator(self, x):
+        return self.model.lm_head(x)
+
+
 @torch.no_grad()
 def _greedy_step(answer: Callable) -> None:
     # Untied and Xavier-initialised: an untrained model whose next token is neither its input's last token (as a
-    # fresh tied model's tends to be) nor its first position's prediction.
-    model = small_model(seed=2, tie_word_embeddings=False, init_scheme="xavier_uniform")
+    # fresh tied model's tends to be) nor its first position's prediction, and where seeing the later tokens (no
+    # causal mask) or the source's padding changes it.
+    model = WalkInterface(small_model(seed=2, tie_word_embeddings=False, init_scheme="xavier_uniform"))
     input_ids = torch.tensor([[5, 6, 7, 8, 9, 2], [10, 11, 2, 0, 0, 0]])
-    attention_mask = input_ids.ne(0).long()
-    encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+    src_mask = input_ids.ne(0)[:, None, None, :]  # (B, 1, 1, S)
+    memory = model.model.get_encoder()(input_ids=input_ids, attention_mask=input_ids.ne(0).long()).last_hidden_state
     # Large values where the second source is padded: attended to, they change its next token.
-    encoder_outputs.last_hidden_state[1, 3:] = 30 * torch.randn(3, model.config.d_model,
-                                                                generator=torch.Generator().manual_seed(0))
-    tokens = torch.tensor([[1, 12, 30, 7], [1, 25, 4, 19]])
+    memory[1, 3:] = 30 * torch.randn(3, memory.shape[-1], generator=torch.Generator().manual_seed(0))
+    tokens = torch.tensor([[1, 17, 16, 12], [1, 39, 23, 30]])
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
 
-    def logits(mask):
-        return model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tokens).logits
+    def logits(source_mask=src_mask, target_mask=causal):
+        return model.generator(model.decode(memory, source_mask, tokens, target_mask))
 
-    expected = logits(attention_mask)[:, -1].argmax(dim=-1)
-    call = "greedy_step(model, encoder_outputs, attention_mask, tokens)"
-    next_tokens = answer(model, encoder_outputs, attention_mask, tokens)
+    expected = logits()[:, -1].argmax(dim=-1)
+    call = "greedy_step(model, memory, src_mask, tokens)"
+    next_tokens = answer(model, memory, src_mask, tokens)
     if isinstance(next_tokens, torch.Tensor) and next_tokens.shape == (2, 1):
         raise Wrong(f"{call} has shape (2, 1): return one token per sentence, shape (batch,) (squeeze the last axis)")
     next_tokens = _tensor(next_tokens, call, (2,))
     if torch.equal(next_tokens, expected):
         return
-    if torch.equal(next_tokens, logits(attention_mask)[:, 0].argmax(dim=-1)):
+    if torch.equal(next_tokens, logits()[:, 0].argmax(dim=-1)):
         raise Wrong(f"{call} took the first position's prediction: the next token is predicted at the last one")
-    if torch.equal(next_tokens, logits(None)[:, -1].argmax(dim=-1)):
-        raise Wrong(f"{call} attends to the source's padding: pass attention_mask to the model")
-    if torch.equal(next_tokens, logits(attention_mask)[:, -1].argmin(dim=-1)):
+    if torch.equal(next_tokens, logits(target_mask=None)[:, -1].argmax(dim=-1)):
+        raise Wrong(f"{call}: the decoder's self-attention sees every token: give model.decode the causal mask, "
+                    "causal_mask(tokens.size(1))")
+    if torch.equal(next_tokens, logits(source_mask=None)[:, -1].argmax(dim=-1)):
+        raise Wrong(f"{call} attends to the source's padding: pass src_mask to model.decode")
+    if torch.equal(next_tokens, logits()[:, -1].argmin(dim=-1)):
         raise Wrong(f"{call} took the least probable token: greedy takes the argmax")
     raise Wrong(f"{call} gave {next_tokens.tolist()}, expected {expected.tolist()}: the argmax over the vocabulary "
-                "of the logits at the last position")
+                "of model.generator(model.decode(memory, src_mask, tokens, causal_mask(...))) at the last position")
 
 
 EXERCISES: dict[str, Callable[[Callable], None]] = {  # name -> the check, which raises Wrong; in the page's order
@@ -483,4 +524,46 @@ def check(name: str, answer: Callable) -> None:
     print(f"{name}: correct" if found is None else f"{name}: not yet: {found}")
 
 
-__all__ = ["EXERCISES", "Wrong", "check", "problem"]
+def reference(name: str, answer: Callable | None = None) -> Callable:
+    """The reference solution of exercise `name` (`solutions`); for a class, the learner's class `answer` with the
+    reference's `forward` (its `__init__`, the stub's, builds the parts from the walk's own modules)."""
+    if name not in EXERCISES:
+        raise ValueError(f"unknown exercise {name!r}: choose from {', '.join(EXERCISES)}")
+    solution = getattr(solutions, name)
+    if not inspect.isclass(solution):
+        return solution
+    if not inspect.isclass(answer):
+        raise TypeError(f"give your class {name} itself, not {type(answer).__name__}: its __init__ builds the parts "
+                        f"the reference's forward uses: yours_or_reference({name!r}, {name})")
+    return type(name, (answer,), {"forward": solution.forward, "__doc__": solution.__doc__,
+                                  "__module__": answer.__module__})
+
+
+def yours_or_reference(name: str, answer: Callable) -> Callable:
+    """`answer` where its check passes, else the reference solution (`reference`), saying which in one printed line:
+    what the walk builds from here on is the learner's code wherever that code is right."""
+    found = problem(name, answer)
+    if found is None:
+        print(f"{name}: yours (its check passes)")
+        return answer
+    chosen = reference(name, answer)
+    if problem(name, chosen) is not None:  # a class whose __init__ is no longer the stub's
+        raise ValueError(f"{name}: the reference's forward does not run on your class ({problem(name, chosen)}): "
+                         "give it back the stub's __init__")
+    print(f"{name}: the reference solution (modeling/learning/solutions.py), as yours is not right yet: {found}")
+    return chosen
+
+
+def checked_values(name: str) -> tuple[float, ...]:
+    """The numbers exercise `name`'s check compares an answer with, where they are few enough to be printed (the
+    learning rates of `noam_rate`, the share of epsilon each other token gets from `smoothed_target`): a printout
+    before the exercise's solution break must not show them (tools/annotated_page/giveaways.py)."""
+    if name == "noam_rate":
+        return tuple(noam_learning_rate(*case) for case in NOAM_CASES)
+    if name == "smoothed_target":
+        return tuple(epsilon / (vocab_size - 2) for _, vocab_size, epsilon in SMOOTHING_CASES)
+    return ()
+
+
+__all__ = ["EXERCISES", "WalkInterface", "Wrong", "check", "checked_values", "problem", "reference",
+           "yours_or_reference"]

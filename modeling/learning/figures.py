@@ -19,7 +19,7 @@ from ..inference.attention_plots import require_matplotlib
 from ..modeling_annotated_transformer import sinusoidal_positional_encoding
 from ..tokenization import SPECIAL_TOKENS
 from . import demonstrations as demo
-from . import table3
+from . import multi30k, table3
 
 DPI = 100
 PANEL = (5.0, 3.6)  # inches per panel: 500 x 360 pixels at DPI
@@ -383,6 +383,40 @@ def copy_task_attention_figure(result: demo.CopyAttention | None = None):
     )
 
 
+def translation_attention_figure(attentions: dict[str, Sequence[torch.Tensor]] | None = None,
+                                 source: Sequence[str] | None = None, decoder_input: Sequence[str] | None = None):
+    """Every layer (rows) and head of each kind of attention (columns: encoder self-attention, decoder
+    self-attention, encoder-decoder attention, a head each) for one validation sentence and its greedy translation,
+    as The Annotated Transformer's last part draws its model's. From `attentions` (kind -> per layer (heads,
+    queries, keys)) and the tokens, as the walk passes those of the model built from scratch; without them, from
+    the shipped model's (`multi30k.translation_attention`, FileNotFoundError when the clone lacks it)."""
+    if attentions is None:
+        result = multi30k.translation_attention()
+        attentions, source, decoder_input = result.attentions, result.source, result.decoder_input
+    kinds, layers = list(demo.ATTENTION_OUTPUTS), len(attentions["encoder"])
+    heads = attentions["encoder"][0].shape[0]
+    labels = {"encoder": (source, source), "decoder": (decoder_input, decoder_input), "cross": (decoder_input, source)}
+    figure = require_matplotlib().Figure(figsize=(1.3 * heads * len(kinds) + 0.8, 1.3 * layers + 1.2),
+                                         layout="constrained")
+    axes = figure.subplots(layers, heads * len(kinds), squeeze=False)
+    for column, (kind, head) in enumerate((kind, head) for kind in kinds for head in range(heads)):
+        queries, keys = labels[kind]
+        for layer in range(layers):
+            panel = axes[layer, column]
+            image = panel.imshow(attentions[kind][layer][head].detach().float().numpy(), vmin=0, vmax=1,
+                                 cmap="viridis")
+            panel.set_xticks(range(len(keys)), keys if layer == layers - 1 else [], rotation=90, fontsize=5)
+            panel.set_yticks(range(len(queries)), queries if head == 0 else [], fontsize=5)
+            if layer == 0:
+                panel.set_title(f"{MASK_TITLES[kind]}\nhead {head}" if head == 0 else f"head {head}", fontsize=7)
+            if column == 0:
+                panel.set_ylabel(f"layer {layer}", fontsize=8)
+    figure.colorbar(image, ax=axes, shrink=0.3, label="attention weight")
+    figure.suptitle("German→English: a validation sentence and its greedy translation, every layer and head (rows of "
+                    "a panel: queries, columns: keys)", fontsize=9)
+    return figure
+
+
 TABLE3_PANELS = {"A": "(A) heads, at constant computation", "B": "(B) a smaller key size d_k",
                  "E": "(E) learned positions"}
 
@@ -430,6 +464,7 @@ FIGURES: dict[str, Callable] = {  # in the page's order
     "label_smoothing": label_smoothing_figure,
     "copy_task_attention": copy_task_attention_figure,
     "table3": table3_figure,
+    "translation_attention": translation_attention_figure,  # the walk's last section
     "sublayer_connection": sublayer_connection_figure,  # the appendix
 }
 TRAINED = {"copy_task_attention"}  # the figures that train a model first (seconds, not a fraction of one)
@@ -470,5 +505,6 @@ __all__ = [
     "table3_figure",
     "token_budget_batches_figure",
     "token_names",
+    "translation_attention_figure",
     "write_figures",
 ]

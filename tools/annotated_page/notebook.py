@@ -3,9 +3,13 @@
 `build_notebook(text)` turns the page into a notebook: its prose (excerpts included, as code to read) into markdown
 cells, each of its cells into a code cell, after a first markdown cell that says how to open it and a first code
 cell that installs what the walk needs where the package is not installed. Its output blocks become the cells'
-outputs, its pictures the figures the cells draw. `build_notebook(text, solutions=True)` is the solutions notebook:
-the walk's definitions the exercises build on, and each exercise's statement, its solution (`solutions.py`) in place
-of the stub, and its check.
+outputs, its pictures the figures the cells draw. It holds no exercise's answer: the page's solution regions (the
+reference solutions, shown after each exercise's break) are left out, the cell after each, `yours_or_reference`,
+takes the learner's answer or imports the reference, and an excerpt of the package's code that holds an answer is
+folded in a `<details>` block, to open once the check passes (`giveaways` checks all of it).
+`build_notebook(text, solutions=True)` is the solutions notebook: the walk's definitions the exercises build on, and
+each exercise's statement, its reference solution (modeling/learning/solutions.py) in place of the stub, and its
+check.
 
 The repository's address is read from one place, `[project.urls] Repository` of pyproject.toml (`repository_url`).
 With it, the first cell is a Colab badge, the install cell installs the package from it (without its training
@@ -175,11 +179,12 @@ def notebook_markdown(text: str, url: str | None = None) -> str:
 
 
 def _segments(text: str) -> list[str | Cell]:
-    """The page in order, as stretches of prose (str) and cells, without its page-only regions and output blocks."""
+    """The page in order, as stretches of prose (str) and cells, without its page-only regions, solution regions and
+    output blocks."""
     page = parse(text)
     if page.problems:
         raise ValueError(f"{PAGE_PATH}: {page.problems[0]}")
-    cut = list(page.page_only)
+    cut = [*page.page_only, *page.solution_regions]
     for cell in page.cells:
         cut.append((cell.start, cell.end))
         if cell.output is not None:  # from its opening marker's line to the end of its closing marker's
@@ -215,11 +220,33 @@ def _code_cell(nbformat, source: str, cell: Cell | None = None, role: str | None
 
 
 def _solution(name: str) -> str:
-    from . import solutions
+    from modeling.learning import solutions
 
     if not hasattr(solutions, name):
-        raise ValueError(f"tools/annotated_page/solutions.py has no {name}: write the solution of exercise {name}")
+        raise ValueError(f"modeling/learning/solutions.py has no {name}: write the solution of exercise {name}")
     return inspect.getsource(getattr(solutions, name))
+
+
+def folded(text: str) -> str:
+    """The page `text` with each excerpt of the package's code that holds an exercise's answer (`giveaways.GIVEAWAYS`)
+    folded in a `<details>` block, for the learner's notebook: the package's code is there to read, once the
+    exercise is done."""
+    from .giveaways import GIVEAWAYS
+
+    page = parse(text)
+    numbers = {name: index for index, (name, _, _) in enumerate(page.exercises, start=1)}
+    for block in sorted((block for block in page.blocks if block.kind == "excerpt"), key=lambda b: -b.start):
+        content = text[block.start : block.end]
+        answers = [name for name, pattern in GIVEAWAYS.items() if re.search(pattern, content) and name in numbers]
+        if not answers or any(start <= block.start < end for start, end in page.solution_regions):
+            continue
+        which = " and ".join(f"{numbers[name]} (<code>{name}</code>)" for name in answers)
+        plural = "s" if len(answers) > 1 else ""
+        summary = (f"The package's <code>{block.name.rsplit('.', 1)[-1]}</code>: it holds the answer{plural} of "
+                   f"exercise{plural} {which}; open it once your check{plural} pass{'' if plural else 'es'}")
+        folded_block = f"<details><summary>{summary}</summary>\n\n{content}\n</details>\n"
+        text = text[: block.start] + folded_block + text[block.end :]
+    return text
 
 
 def _exercise_statement(text: str, name: str) -> str:
@@ -253,7 +280,7 @@ def build_notebook(text: str, solutions: bool = False, pyproject: str | Path = P
             cells.append(_code_cell(nbformat, _solution(name), stub, role="solution"))
             cells.append(_code_cell(nbformat, check.source, check))
     else:
-        for segment in _segments(text):
+        for segment in _segments(folded(text)):
             cells += (_markdown_cells(nbformat, segment, url) if isinstance(segment, str)
                       else [_code_cell(nbformat, segment.source, segment)])
     for index, cell in enumerate(cells):
@@ -266,13 +293,15 @@ def build_notebook(text: str, solutions: bool = False, pyproject: str | Path = P
 
 
 def execute_notebook(notebook, skip_slow: bool = False, timeout: int = 600):
-    """A copy of `notebook` run top to bottom in a fresh kernel, in an empty folder (without the cells tagged slow,
-    with `skip_slow`); ValueError with nbclient's account (the cell, its traceback) when a cell raises."""
+    """A copy of `notebook` run top to bottom in a fresh kernel, in an empty folder of the clone's outputs/ (the
+    walk finds the clone, and the model it ships, from where it runs, as from notebooks/), without the cells tagged
+    slow with `skip_slow`; ValueError with nbclient's account (the cell, its traceback) when a cell raises."""
     _, nbclient = require_jupyter()
     notebook = copy.deepcopy(notebook)
     if skip_slow:
         notebook.cells = [cell for cell in notebook.cells if "slow" not in cell.metadata.get("tags", [])]
-    with tempfile.TemporaryDirectory() as folder:
+    (REPOSITORY / "outputs").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=REPOSITORY / "outputs", prefix="notebook-") as folder:
         try:
             nbclient.NotebookClient(notebook, timeout=timeout, kernel_name=KERNEL, record_timing=False,
                                     resources={"metadata": {"path": folder}}).execute()
@@ -375,6 +404,7 @@ __all__ = [
     "build_notebook",
     "colab_url",
     "execute_notebook",
+    "folded",
     "install_source",
     "notebook_markdown",
     "notebook_requirements",

@@ -19,7 +19,9 @@ module writes, and the notebooks made from it (`notebook`).
     <!-- exercise: NAME -->         around an exercise: its statement, a stub cell and a check cell
     <!-- /exercise -->
     <!-- solution: NAME -->         the break after which the page may show exercise NAME's answer; until it, the
-                                    page gives it away nowhere (tests/test_annotated.py reads what would)
+                                    page gives it away nowhere, in code or in a printout (`giveaways`). It opens a
+    (prose, excerpts)               region that shows the reference solution (consecutive breaks share one): the
+    <!-- /solution -->              page shows it, the learner's notebook leaves it out (no cell there)
     <!-- page only -->             around what the notebooks leave out (how to regenerate the page, its contents)
     <!-- /page only -->
 
@@ -56,6 +58,7 @@ _CLOSE = re.compile(r"^<!-- /(?P<kind>excerpt|output|exercise) -->$")
 _PAGE_ONLY, _END_PAGE_ONLY, _SLOW = "<!-- page only -->", "<!-- /page only -->", "<!-- slow -->"
 _KEEP = re.compile(r"^<!-- keep: (?P<strings>.+?) -->$")
 _SOLUTION = re.compile(r"^<!-- solution: (?P<name>\S+) -->$")
+_END_SOLUTION = "<!-- /solution -->"
 _MARKER = re.compile(r"<!--\s*/?\s*(?:excerpt|output|exercise|page only|slow|keep|solution)\b")  # well-formed or not
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?")
 _FIGURE = re.compile(r"\]\(figures/(?P<name>[\w-]+)\.png\)")
@@ -103,6 +106,20 @@ def only_definitions(source: str) -> bool:
                                     for statement in statements)
 
 
+def only_choices(source: str) -> bool:
+    """Whether a cell only imports and takes exercises' answers, `name = yours_or_reference("name", name)`: the
+    learner's answer where its check passes, else the reference solution."""
+    try:
+        statements = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(statements) and all(
+        isinstance(statement, (ast.Import, ast.ImportFrom)) or (
+            isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
+            and getattr(statement.value.func, "id", None) == "yours_or_reference")
+        for statement in statements)
+
+
 @dataclass
 class Page:
     """The parsed page: marker blocks, cells, the spans the notebooks leave out, and every broken marker."""
@@ -113,6 +130,7 @@ class Page:
     page_only: list[tuple[int, int]] = field(default_factory=list)  # character spans, markers included
     exercises: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start, end), markers included
     solutions: dict[str, int] = field(default_factory=dict)  # exercise name -> the offset of its solution break
+    solution_regions: list[tuple[int, int]] = field(default_factory=list)  # character spans, markers included
     problems: list[str] = field(default_factory=list)
 
 
@@ -122,6 +140,7 @@ def parse(text: str) -> Page:
     opened: Block | None = None  # the excerpt or output block open
     exercise: tuple[str, int, int] | None = None  # (name, line, start offset)
     page_only: tuple[int, int] | None = None  # (line, start offset)
+    solution: tuple[int, int] | None = None  # (line, start offset) of the solution region open
     fence: tuple[str, int, int] | None = None  # (language, line, start offset) of the code block open
     slow_line = last_cell = keep = None  # keep: (line, strings) of a keep line waiting for its excerpt
     offset = 0
@@ -134,6 +153,10 @@ def parse(text: str) -> Page:
                     if page_only is not None:
                         page.problems.append(f"line {fence_line}: a cell inside {_PAGE_ONLY}, which the notebooks "
                                              "leave out")
+                    if solution is not None:
+                        page.problems.append(f"line {fence_line}: a cell inside the solution region of line "
+                                             f"{solution[0]}, which the learner's notebook leaves out: put it after "
+                                             f"{_END_SOLUTION}")
                     cell = Cell(text[start:offset].split("\n", 1)[1], fence_line, start, offset + len(line))
                     cell.slow, slow_line = slow_line is not None, None
                     if exercise is not None:
@@ -174,7 +197,18 @@ def parse(text: str) -> Page:
         elif (match := _SOLUTION.match(stripped)) is not None:
             if match["name"] not in {name for name, _, _ in page.exercises}:
                 page.problems.append(f"line {number}: {stripped} follows no exercise {match['name']}")
+            if solution is not None and text[solution[1]:offset].strip() and not all(
+                    _SOLUTION.match(line.strip()) for line in text[solution[1]:offset].splitlines()):
+                page.problems.append(f"line {number}: a solution break inside the region of line {solution[0]}: "
+                                     f"close it first with {_END_SOLUTION}")
             page.solutions[match["name"]] = offset
+            solution = solution or (number, offset)
+        elif stripped == _END_SOLUTION:
+            if solution is None:
+                page.problems.append(f"line {number}: {_END_SOLUTION} closes no solution region")
+            else:
+                page.solution_regions.append((solution[1], offset + len(line)))
+                solution = None
         elif _MARKER.search(stripped):
             if (match := _OPEN.match(stripped)) is not None and match["kind"] == "exercise":
                 if exercise is not None:
@@ -213,7 +247,7 @@ def parse(text: str) -> Page:
                 page.problems.append(f"line {number}: a malformed marker {stripped!r} (write <!-- excerpt: NAME -->, "
                                      "<!-- output: NAME -->, <!-- exercise: NAME -->, <!-- slow -->, "
                                      "<!-- page only --> and their closing <!-- /... -->, <!-- keep: A | B --> or "
-                                     "<!-- solution: NAME -->)")
+                                     "<!-- solution: NAME --> ... <!-- /solution -->)")
         if keep is not None:
             page.problems.append(f"line {keep[0]}: <!-- keep: ... --> is not followed by an excerpt: put it right "
                                  "before the <!-- excerpt: NAME --> it abridges")
@@ -221,6 +255,7 @@ def parse(text: str) -> Page:
         offset += len(line)
     unclosed = [(opened, lambda: opened.label()), (exercise, lambda: f"line {exercise[1]}: exercise {exercise[0]}"),
                 (page_only, lambda: f"line {page_only[0]}: {_PAGE_ONLY}"),
+                (solution, lambda: f"line {solution[0]}: the solution region"),
                 (fence, lambda: f"line {fence[1]}: a code block")]
     page.problems += [f"{label()} is not closed" for still_open, label in unclosed if still_open is not None]
     names = [block.name for block in page.blocks if block.kind == "output"]
@@ -260,6 +295,21 @@ def run_cells(cells: list[Cell], skip: Callable[[Cell], bool] = lambda cell: Fal
                                 f"{str(error).splitlines()[0] if str(error) else ''}") from error
             printed.append(buffer.getvalue())
     return printed
+
+
+def walk_namespace(text: str) -> dict:
+    """What the page's cells define, without what they compute: its first cell (the imports), then, in order, each
+    exercise's stub, each cell that only defines (`only_definitions`) and each that only takes answers
+    (`only_choices`), as a notebook whose exercises are left as they are: every exercise's name is then its
+    reference solution. What the choices print is left out."""
+    cells = parse(text).cells
+    namespace: dict = {"__name__": "__main__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for cell in cells:
+            if cell is cells[0] or cell.role == "stub" or (not cell.exercise and (
+                    only_definitions(cell.source) or only_choices(cell.source))):
+                exec(compile(cell.source, f"<docs/annotated.md, {cell.label()}>", "exec"), namespace)
+    return namespace
 
 
 def render_block(kind: str, name: str, printed: str | None = None, keep: tuple[str, ...] = ()) -> str:
@@ -358,13 +408,13 @@ def update_page(path: str | Path = PAGE) -> tuple[bool, list[str]]:
 
 def check_page(path: str | Path = PAGE, figures_dir: str | Path | None = None, run: bool = True) -> list[str]:
     """`check_text` of the page at `path`, each picture it shows that is missing from `figures_dir` (default: the
-    folder `figures` beside the page), and each exercise whose answer it shows before the exercise's solution break
-    (`solutions.given_away`)."""
+    folder `figures` beside the page), and each exercise whose answer it shows before the exercise's solution break,
+    in code or in a printout, or its learner's notebook shows at all (`giveaways.given_away`)."""
     text = Path(path).read_text(encoding="utf-8")
     folder = Path(figures_dir) if figures_dir is not None else Path(path).parent / "figures"
     missing = [f"the page shows figures/{name}.png, which is not in {folder}" for name in figure_names(text)
                if not (folder / f"{name}.png").is_file()]
-    from .solutions import given_away  # the exercises' answers, which the page keeps behind their breaks
+    from .giveaways import given_away  # the exercises' answers, which the page keeps behind their breaks
 
     return check_text(text, run) + missing + given_away(text)
 
@@ -380,6 +430,7 @@ __all__ = [
     "check_text",
     "figure_names",
     "find_blocks",
+    "only_choices",
     "only_definitions",
     "parse",
     "render_block",
@@ -388,4 +439,5 @@ __all__ = [
     "same_printout",
     "update_page",
     "update_text",
+    "walk_namespace",
 ]
