@@ -143,8 +143,8 @@ def test_train_py_takes_both_settings_and_resuming_with_others_is_refused(tmp_pa
                    "--save_steps", "4", "--eval_steps", "4")
     saved = json.loads((output / "config.json").read_text())
     assert (saved["d_k"], saved["d_v"], saved["position_embedding_type"]) == (4, 12, "learned")
-    with pytest.raises(ConfigurationError, match=r"holds another architecture \(d_k 4 there, None here; d_v 12 there, "
-                                                 r"None here; position_embedding_type learned there, sinusoidal here\)"):
+    with pytest.raises(ConfigurationError, match=r"holds another architecture \(d_k 4 there, 16 here; d_v 12 there, "
+                                                 r"16 here; position_embedding_type learned there, sinusoidal here\)"):
         run_in_process(output, "--max_steps", "8", "--resume_from_checkpoint", "last")
     with pytest.raises(ConfigurationError, match=r"^--position_embedding_type fixed: Unknown `position_embedding_type`"):
         run_in_process(tmp_path / "other", "--position_embedding_type", "fixed")

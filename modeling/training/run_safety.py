@@ -90,8 +90,14 @@ def refuse_other_architecture(checkpoint: str, config) -> None:
     fit; the Trainer failed with a size-mismatch traceback)."""
     saved = json_object(Path(checkpoint) / "config.json")
     here = config.to_dict()
+
+    def differs(name: str) -> bool:
+        if name in ("d_k", "d_v") and saved.get(name) is None and here.get(name) is None:
+            return False  # both d_model / heads: a difference of those is named by them
+        return architecture_value(saved, name) != architecture_value(here, name)
+
     differences = [f"{name} {architecture_value(saved, name)} there, {architecture_value(here, name)} here"
-                   for name in ARCHITECTURE_FIELDS if architecture_value(saved, name) != architecture_value(here, name)]
+                   for name in ARCHITECTURE_FIELDS if differs(name)]
     if differences:
         raise ConfigurationError(
             f"--resume_from_checkpoint {checkpoint} holds another architecture ({'; '.join(differences)}): resume "
