@@ -1024,7 +1024,7 @@ def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
 
     measured = table3.load_table3(_table3_files(tmp_path, [30.0, 30.6, 30.3], {"A-heads-1": 29.0, "B-d_k-8": 30.1}))
     rows = {row.name: row for row in measured.rows}
-    assert measured.base_bleu == pytest.approx(30.3) and measured.bleu_spread == pytest.approx(0.6)
+    assert measured.base_bleu == pytest.approx(30.3) and measured.bleu_range == pytest.approx(0.6)
     assert rows["A-heads-1"].bleu_difference == pytest.approx(-1.3) and rows["A-heads-1"].bleu_tie is False
     assert rows["B-d_k-8"].bleu_difference == pytest.approx(-0.2) and rows["B-d_k-8"].bleu_tie is True
     assert rows["A-heads-1"].paper_bleu_difference == pytest.approx(24.9 - 25.8)  # the paper's h 1 row
@@ -1033,7 +1033,12 @@ def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
     assert "ours -1.30 " in lines and "not measured yet" in lines
     assert "(h 1, d_k = d_v 512): same direction" in lines and "(d_k 16): tie" in lines
     assert [table3.agreement(*case) for case in ((0.5, False, -0.4), (0.5, False, 0.0), (None, None, -0.4))] == [
-        "opposite direction", "paper: no change", ""]
+        "opposite direction", "paper: no clear effect", ""]
+    # the paper's one run per row: a difference within its noise gives no direction to agree with
+    assert [table3.agreement(-0.9, False, paper, table3.PAPER_NOISE) for paper in (-0.1, -0.3, 0.2, -0.4, 0.5)] == [
+        "paper: no clear effect", "paper: no clear effect", "paper: no clear effect", "same direction",
+        "opposite direction"]
+    assert table3.agreement(-0.9, True, -0.1, table3.PAPER_NOISE) == "paper: no clear effect"  # before a tie
 
     drawn = figure_data(table3_figure(measured))
     heads = drawn["axes"][0]["patches"]  # the seeds' band (x, y, width, height), then our bars, then the paper's
@@ -1047,7 +1052,7 @@ def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
 
 def test_the_table3_reading_groups_the_measured_rows_by_how_they_move_against_the_papers(tmp_path):
     """docs/results.md's reading of Table 3, rendered from a results file: same direction, opposite, tie; the
-    paper's rows too small to stand out of the seeds' spread; the rows not measured yet."""
+    paper's rows too small to stand out of the seeds' range; the rows not measured yet."""
     from tools.figures.formats import Benchmarks
     from tools.figures.table3 import _reading
 
@@ -1058,5 +1063,5 @@ def test_the_table3_reading_groups_the_measured_rows_by_how_they_move_against_th
     assert ("BLEU, each row against the paper's: same direction: `A-heads-1` (-1.30; paper -0.9); tie: `B-d_k-8` "
             "(-0.20; paper -0.7); opposite direction: `C-layers-2` (+1.20; paper -2.1).") in reading
     assert "so that a tie here is what their effect predicts: `A-heads-2` (-0.3), `A-heads-8` (+0.0)," in reading
-    assert "`B-d_k-8`" not in reading.split("predicts:")[1].split("\n")[0]  # the paper's -0.7 is over the 0.6 spread
+    assert "`B-d_k-8`" not in reading.split("predicts:")[1].split("\n")[0]  # the paper's -0.7 is over the 0.6 range
     assert reading.rstrip().endswith("`E-learned-positions`.") and "Not measured yet: `A-heads-2`," in reading

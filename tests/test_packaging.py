@@ -170,3 +170,102 @@ def test_every_package_the_code_imports_is_declared():
     missing = {name: where for name, where in imported.items()
                if DISTRIBUTIONS.get(name, name).replace("_", "-") not in declared_distributions()}
     assert missing == {}, f"imported but not declared in pyproject.toml: {missing}"
+
+
+# ---- the installed product --------------------------------------------------------------------------------------
+
+TOOLING_SUBPACKAGES = ("benchmarking",)  # the repository's lab: speed against Marian, the data benchmark, Table 3
+
+
+def tooling_modules(sources: dict[str, str]) -> list[str]:
+    """The modules of `sources` (wheel path -> text) that are repository tooling, not the product: a subpackage of
+    the lab, or code that needs the checkout (imports its `tools`, or runs `git`)."""
+    found = []
+    for name, text in sources.items():
+        parts = name.split("/")
+        if any(part in TOOLING_SUBPACKAGES for part in parts[1:-1]):
+            found.append(f"{name} (the lab: {'/'.join(parts[:-1])})")
+        elif re.search(r"^\s*(from|import) tools\b", text, flags=re.M):
+            found.append(f"{name} (imports the checkout's tools)")
+        elif re.search(r"""["']git["']""", text):
+            found.append(f"{name} (runs git)")
+    return found
+
+
+def test_the_tooling_check_names_the_lab_the_checkouts_tools_and_git():
+    assert tooling_modules({
+        "modeling/benchmarking/run.py": "", "modeling/x.py": "from tools.figures import y\n",
+        "modeling/y.py": "subprocess.run(['git', 'rev-parse', 'HEAD'])\n", "modeling/z.py": "import torch\n",
+    }) == ["modeling/benchmarking/run.py (the lab: modeling/benchmarking)", "modeling/x.py (imports the checkout's tools)",
+           "modeling/y.py (runs git)"]
+
+
+def test_the_wheel_holds_no_repository_tooling(wheel):
+    archive = zipfile.ZipFile(wheel)
+    sources = {name: archive.read(name).decode("utf-8") for name in archive.namelist() if name.endswith(".py")}
+    assert sources and tooling_modules(sources) == []
+
+
+INSTALLED_USE = """
+import json, pathlib, sys
+import torch
+import modeling
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
+from modeling.learning import exercises, solutions, table3
+
+here, trained, benchmarks = pathlib.Path.cwd(), pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+config = AnnotatedTransformerConfig.from_preset("tiny", vocab_size=40, d_model=32, encoder_attention_heads=2,
+                                                decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64)
+model = AnnotatedTransformerForConditionalGeneration(config).eval()
+model.save_pretrained(here / "tiny")
+reloaded = AutoModelForSeq2SeqLM.from_pretrained(here / "tiny", trust_remote_code=True).eval()
+input_ids = torch.tensor([[5, 6, 7, 2]])
+same = torch.equal(model.generate(input_ids, max_new_tokens=5), reloaded.generate(input_ids, max_new_tokens=5))
+translator = pipeline("translation", model=str(trained), trust_remote_code=True)
+translation = translator(["1 2 3"], num_beams=2, max_new_tokens=8)[0]["translation_text"]
+checked = exercises.problem("causal_mask", solutions.causal_mask)
+measured = table3.load_table3(benchmarks)
+print(json.dumps({"package": modeling.__file__, "same": same, "translation": translation, "checked": checked,
+                  "table3_rows": len(measured.rows), "measured_runs": measured.measured_runs}))
+"""
+
+
+@pytest.mark.slow  # a virtual environment, the wheel installed in it, a training run: about a minute
+def test_the_installed_wheel_trains_saves_loads_generates_translates_and_teaches(wheel, tmp_path):
+    """The wheel installed in a fresh virtual environment outside the checkout (no -e, no checkout on the path;
+    the dependencies are this environment's, seen through a path file, which does not read their folder's own path
+    files, the checkout's editable install among them): its training command trains the copy task a few steps, a
+    tiny model saves, loads and generates, the translation pipeline runs on the trained folder, and the learner's
+    helpers work, the Table 3 reader on the results folder it is given."""
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True,
+                   capture_output=True, timeout=300)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    trained = work / "copy"
+    run = subprocess.run(
+        [str(venv / "bin" / "annotated-transformer-train"), "--preset", "tiny", "--d_model", "32", "--ffn_dim", "64",
+         "--max_steps", "3", "--max_tokens", "256", "--max_train_samples", "64", "--max_eval_samples", "4",
+         "--max_test_samples", "4", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+         "--disable_tqdm", "true", "--use_cpu", "true", "--output_dir", str(trained)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (trained / "config.json").is_file() and (trained / "model.safetensors").is_file()
+    used = subprocess.run([str(python), "-c", INSTALLED_USE, str(trained), str(REPO_ROOT / "benchmarks")], cwd=work,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert used.returncode == 0, used.stderr[-3000:]
+    report = json.loads(used.stdout.strip().splitlines()[-1])
+    assert Path(report["package"]).is_relative_to(Path(site)) and not Path(report["package"]).is_relative_to(REPO_ROOT)
+    assert report["same"] is True and isinstance(report["translation"], str) and report["checked"] is None
+    assert report["table3_rows"] == len(json.loads((REPO_ROOT / "benchmarks" / "paper-table3.json").read_text())["rows"])
+    assert report["measured_runs"] > 0

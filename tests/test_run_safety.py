@@ -851,11 +851,12 @@ class Writes:
 ])
 def test_each_line_train_py_prints_is_one_write_so_processes_lines_never_run_together(monkeypatch, raised, status):
     script = load_script("train")
+    from modeling.training import entry
 
     def training_that_raises(*args, **kwargs):
         raise raised
 
-    monkeypatch.setattr(script, "train", training_that_raises)
+    monkeypatch.setattr(entry, "train", training_that_raises)
     monkeypatch.setattr(sys, "stderr", Writes())
     with pytest.raises(SystemExit) as exit_:
         script.main(["--output_dir", "unused"])

@@ -1,5 +1,5 @@
 """scripts/table3.py on the copy task: every row trained by train.py from the base config, averaged and scored into
-one JSON with the base row's spread and each row's difference; finished runs skipped, a killed run resumed exactly.
+one JSON with the base row's range and each row's difference; finished runs skipped, a killed run resumed exactly.
 The real table (configs/table3/) is checked for what it must hold: every group of the paper's Table 3, expressed in
 train.py's settings, beside the paper's own figures."""
 
@@ -17,7 +17,7 @@ from launch_helpers import REPO_ROOT, assert_one_line_error, load_script
 from safetensors.torch import load_file
 
 from modeling.benchmarking import table3
-from modeling.benchmarking.table3 import load_table, summarise
+from modeling.benchmarking.table3 import load_rows_file, summarise
 from modeling.training.argument_parsing import parse_arguments
 
 ROWS = REPO_ROOT / "configs" / "table3" / "rows.yaml"
@@ -82,7 +82,7 @@ def test_every_row_is_trained_averaged_and_scored_into_one_json(table):
         (folder / "runs" / "E-learned" / "tokenizer.json").read_bytes()
     assert "--tokenizer_name_or_path" in next(line for line in lines if line.startswith("E-learned: training"))
     summary = saved["summary"]
-    assert summary["base"]["test_bleu"] == {"mean": pytest.approx(base["test"]["bleu"], abs=1e-4), "spread": 0.0}
+    assert summary["base"]["test_bleu"] == {"mean": pytest.approx(base["test"]["bleu"], abs=1e-4), "range": 0.0}
     difference = summary["differences"]["E-learned"]["validation_perplexity"]
     assert difference["difference"] == pytest.approx(learned["validation"]["perplexity"]
                                                      - base["validation"]["perplexity"], abs=1e-3)
@@ -106,14 +106,14 @@ def test_runs_in_the_results_are_skipped_and_nothing_is_trained_again(table, mon
     assert json.loads((folder / "results.json").read_text())["runs"] == json.loads(before)["runs"]
 
 
-def test_the_spread_of_the_base_seeds_tells_a_difference_from_a_tie():
+def test_the_range_of_the_base_seeds_tells_a_difference_from_a_tie():
     def run(row, perplexity, bleu):
         return {"row": row, "validation": {"perplexity": perplexity, "bleu": bleu}, "test": {"bleu": bleu}}
 
     summary = summarise({"base-seed0": run("base", 5.0, 30.0), "base-seed1": run("base", 5.2, 31.0),
                          "base-seed2": run("base", 5.1, 32.0), "wide": run("wide", 4.0, 31.5),
                          "narrow": run("narrow", 5.15, 34.5)})
-    assert summary["base"]["validation_bleu"] == {"mean": 31.0, "spread": 2.0}
+    assert summary["base"]["validation_bleu"] == {"mean": 31.0, "range": 2.0}
     assert summary["differences"]["wide"]["validation_perplexity"] == {"difference": -1.1, "tie": False}
     assert summary["differences"]["wide"]["validation_bleu"] == {"difference": 0.5, "tie": True}
     assert summary["differences"]["narrow"]["test_bleu"] == {"difference": 3.5, "tie": False}
@@ -136,7 +136,7 @@ def test_bad_arguments_are_refused_in_one_line(argv, message, tmp_path, capsys):
 
 
 def test_the_table_holds_every_group_of_the_papers_in_train_py_settings_beside_the_papers_figures():
-    table = load_table(ROWS)
+    table = load_rows_file(ROWS)
     paper = json.loads(PAPER.read_text())["rows"]
     assert [row.name for row in table.rows] == list(paper)  # each row beside the paper's
     assert {row.group for row in table.rows} == {"base", "A", "B", "C", "D", "E"}

@@ -11,7 +11,7 @@ name) and its seeds. `run_table` goes through the runs in order and:
 - trains the first run's tokenizer once and gives it to every other run (`tokenizer/` in the output folder), so all
   rows share the data, the tokenizer, the budget, the averaging and the beam;
 - writes the results file after each run (one whole-file write), with each run's difference from the base row's
-  mean and the base row's seed-to-seed spread, a difference inside which is called a tie.
+  mean and the base row's seed-to-seed range, a difference inside which is called a tie.
 """
 
 from __future__ import annotations
@@ -39,18 +39,18 @@ from ..common.hardware import cpu_model
 from ..common.run_folders import list_checkpoints
 from ..inference.evaluation import corpus_scores, read_test_set_split, stored_score
 from ..inference.translation import corpus_perplexity, load_translation_model, translate
+from ..learning.table3 import BASE_ROW
 from ..tokenization import load_tokenizers, save_tokenizers
 from ..training.checkpoints import average_checkpoints, last_checkpoints
 
-BASE_ROW = "base"
 TOKENIZER_DIR = "tokenizer"
 DEVICES = ("cpu", "cuda")
 ROW_KEYS = {"name", "group", "description", "set", "seeds"}
 
 
 @dataclasses.dataclass
-class Row:
-    """One row of the table: what it sets (train.py flags without `--`) and its seeds."""
+class PlannedRow:
+    """One row of the rows file: what it sets (train.py flags without `--`) and its seeds."""
 
     name: str
     group: str
@@ -66,7 +66,7 @@ class Row:
 
 
 @dataclasses.dataclass
-class Table:
+class RowsFile:
     """A rows file: the base config (a train.py config file), what every row shares, the budgets and the rows."""
 
     path: Path
@@ -74,13 +74,13 @@ class Table:
     averaged_checkpoints: int
     num_beams: int
     budgets: dict[str, dict]
-    rows: list[Row]
+    rows: list[PlannedRow]
 
-    def row(self, name: str) -> Row:
+    def row(self, name: str) -> PlannedRow:
         return next(row for row in self.rows if row.name == name)
 
 
-def load_table(path: str | os.PathLike) -> Table:
+def load_rows_file(path: str | os.PathLike) -> RowsFile:
     """Read and check a rows file (ValueError naming what is wrong)."""
     path = Path(path)
     try:
@@ -96,7 +96,7 @@ def load_table(path: str | os.PathLike) -> Table:
         if unknown or "name" not in entry:
             raise ValueError(f"{path}: a row has name, group, description, set and seeds; got {sorted(entry)}")
         settings = {key.replace("-", "_"): value for key, value in (entry.get("set") or {}).items()}
-        rows.append(Row(entry["name"], str(entry.get("group", entry["name"])), entry.get("description", ""),
+        rows.append(PlannedRow(entry["name"], str(entry.get("group", entry["name"])), entry.get("description", ""),
                         settings, [int(seed) for seed in entry.get("seeds", [0])]))
     names = [row.name for row in rows]
     if len(set(names)) != len(names) or BASE_ROW not in names:
@@ -109,7 +109,7 @@ def load_table(path: str | os.PathLike) -> Table:
     budgets = data["budgets"]
     if not isinstance(budgets, dict) or not set(budgets) <= set(DEVICES):
         raise ValueError(f"{path}: budgets maps a device ({', '.join(DEVICES)}) to train.py settings")
-    return Table(path, config, int(data.get("averaged_checkpoints", 5)), int(data.get("num_beams", 4)), budgets,
+    return RowsFile(path, config, int(data.get("averaged_checkpoints", 5)), int(data.get("num_beams", 4)), budgets,
                  rows)
 
 
@@ -121,7 +121,7 @@ def flags(settings: dict) -> list[str]:
     return words
 
 
-def train_command(table: Table, row: Row, seed: int, run_dir: Path, device: str, data_dir: str | None,
+def train_command(table: RowsFile, row: PlannedRow, seed: int, run_dir: Path, device: str, data_dir: str | None,
                   tokenizer_dir: Path | None, train_script: Path) -> list[str]:
     """The `python scripts/train.py` command of one run (one process, as `accelerate launch` runs it on one device,
     without a launcher between: the training process is the runner's own child, and ends with it), resuming its last
@@ -236,8 +236,8 @@ def _synthetic_split(split: str):
 
 
 def summarise(runs: dict) -> dict:
-    """The base row's mean and seed-to-seed spread (max - min) of each figure, and each run's difference from that
-    mean, called a tie when inside the spread."""
+    """The base row's mean and seed-to-seed range (max - min) of each figure, and each run's difference from that
+    mean, called a tie when inside the range."""
     figures = {"validation_perplexity": ("validation", "perplexity"), "validation_bleu": ("validation", "bleu"),
                "test_bleu": ("test", "bleu")}
     base = [run for run in runs.values() if run["row"] == BASE_ROW]
@@ -247,14 +247,14 @@ def summarise(runs: dict) -> dict:
     for figure, (split, key) in figures.items():
         values = [run[split][key] for run in base]
         summary["base"][figure] = {"mean": round(statistics.fmean(values), 4),
-                                   "spread": round(max(values) - min(values), 4)}
+                                   "range": round(max(values) - min(values), 4)}
     for name, run in runs.items():
         summary["differences"][name] = {}
         for figure, (split, key) in figures.items():
             base_figure = summary["base"][figure]
             difference = round(run[split][key] - base_figure["mean"], 4)
             summary["differences"][name][figure] = {
-                "difference": difference, "tie": abs(difference) <= base_figure["spread"]}
+                "difference": difference, "tie": abs(difference) <= base_figure["range"]}
     return summary
 
 
@@ -280,7 +280,7 @@ def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, resul
     runs are needed for differences)."""
     if device not in DEVICES:
         raise ValueError(f"--device {device}: choose one of {', '.join(DEVICES)}")
-    table = load_table(rows_file)
+    table = load_rows_file(rows_file)
     if device not in table.budgets:
         raise ValueError(f"{table.path} has no budget for {device}: add one under budgets")
     if device == "cuda" and not torch.cuda.is_available():
@@ -351,5 +351,5 @@ def run_table(rows_file: str | os.PathLike, output_dir: str | os.PathLike, resul
     return results
 
 
-__all__ = ["BASE_ROW", "Row", "Table", "average_whole", "finished", "load_table", "run_table", "summarise",
+__all__ = ["PlannedRow", "RowsFile", "average_whole", "finished", "load_rows_file", "run_table", "summarise",
            "train_command"]

@@ -433,7 +433,7 @@ def table3_figure(table: table3.Table3 | None = None, groups: Sequence[str] = tu
         positions = np.arange(len(rows))
         ours = np.array([np.nan if row.bleu_difference is None else row.bleu_difference for row in rows])
         paper = np.array([np.nan if row.paper_bleu_difference is None else row.paper_bleu_difference for row in rows])
-        axes.axhspan(-table.bleu_spread, table.bleu_spread, color="lightgrey", label="our base seeds' spread (tie)")
+        axes.axhspan(-table.bleu_range, table.bleu_range, color="lightgrey", label="our base seeds' range (tie)")
         axes.axhline(0, color="grey", linewidth=0.8)
         axes.bar(positions - 0.18, ours, width=0.36, label="ours, validation")
         axes.bar(positions + 0.18, paper, width=0.36, label="the paper, dev")
@@ -443,7 +443,7 @@ def table3_figure(table: table3.Table3 | None = None, groups: Sequence[str] = tu
         axes.set_xticks(positions, [row.setting.replace(", ", "\n") for row in rows], fontsize=7)
         axes.set_xlim(-0.7, max(len(rows), 2) - 0.3)
         axes.set(title=TABLE3_PANELS.get(group, group), ylabel="BLEU minus the base row's")
-        limit = max(limit, table.bleu_spread, *np.abs(ours[~np.isnan(ours)]), *np.abs(paper[~np.isnan(paper)]))
+        limit = max(limit, table.bleu_range, *np.abs(ours[~np.isnan(ours)]), *np.abs(paper[~np.isnan(paper)]))
     for axes in panels:
         axes.set_ylim(-1.15 * limit, 1.15 * limit)
     panels[0].legend(fontsize=7, loc="best")

@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from modeling.learning.table3 import PAPER_FILE
+
 from .formats import REPOSITORY, Benchmarks, FiguresError
 
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
@@ -56,7 +58,6 @@ TIME_IN_WORDS = re.compile(
 SCORE = re.compile(r"(?<![\w.,/#§-])(?P<score>\d+\.\d+)(?![\w.]*\d)(?!\s?(?:[x×%]|e-))")
 _METRIC = re.compile(r"\b(?:BLEU|chrF|perplexit(?:y|ies))\b", flags=re.I)
 METRIC_REACH = 40  # characters between a score and its metric's name
-PAPER = "paper-table3.json"
 _BLOCK_OPEN = re.compile(r"^<!-- (?:figures|output|excerpt): \S+ -->$")
 _BLOCK_CLOSE = re.compile(r"^<!-- /(?:figures|output|excerpt) -->$")
 LOG = "docs/experiments.md"
@@ -108,7 +109,7 @@ def paper_figures(benchmarks: Benchmarks) -> set[float]:
             by_kind.setdefault(kind, set()).add(float(value))
 
     try:
-        collect(benchmarks(PAPER), "")
+        collect(benchmarks(PAPER_FILE), "")
     except FiguresError:
         return set()
     numbers = set().union(*by_kind.values())
