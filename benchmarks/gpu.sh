@@ -15,7 +15,7 @@
 # 4. if time is left, base with FlexAttention's block masks in place of dense masks for the packed batches
 #    (--packed_attention flex_attention), eager and compiled.  -> benchmarks/results-gpu-packed-flex.json
 # 5. on a machine with several GPUs, DDP's scaling: base trained with DDP on Multi30k's lengths (32,768-token batches per
-#    GPU, bf16) on 1 GPU and on all of them (modeling/benchmarking/data_parallel.py), target tokens/s of each, the
+#    GPU, bf16) on 1 GPU and on all of them (tools/benchmarking/data_parallel.py), target tokens/s of each, the
 #    speed-up and the efficiency beside NVIDIA's published 6.72x on 8 A100s for fairseq's Transformer.
 #    -> benchmarks/results-gpu-ddp-scaling.json. Skipped on one GPU (GPUS=N sets the count; SCALING_ARGS is added to
 #    both launches, as BENCHMARK_ARGS to the others).
@@ -42,7 +42,7 @@ if compgen -G "wheelhouse/*.whl" > /dev/null; then
     python -m pip install --quiet --no-index --find-links wheelhouse wheelhouse/*.whl > "$out/install.log" 2>&1 ||
         echo "gpu.sh: installing wheelhouse/ failed (see $out/install.log)"
 fi
-python -c "import torch, transformers, datasets, modeling.benchmarking
+python -c "import torch, transformers, datasets, tools.benchmarking
 print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available(),
       torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || {
     echo "gpu.sh: the benchmark cannot be imported; install the repository's requirements (or fill wheelhouse/)" >&2
@@ -97,11 +97,11 @@ scaling() {
         # shellcheck disable=SC2086  # SCALING_ARGS is a list of flags
         timeout --signal=INT --kill-after=20 $((limit / 2)) python -m accelerate.commands.launch "${several[@]}" \
             --num_machines 1 --num_processes "$count" --mixed_precision no --dynamo_backend no \
-            -m modeling.benchmarking.data_parallel --engine ddp --data_dir "$data" ${SCALING_ARGS:-} \
+            -m tools.benchmarking.data_parallel --engine ddp --data_dir "$data" ${SCALING_ARGS:-} \
             --output "$out/ddp-$count.json" >> "$out/ddp-scaling.log" 2>&1
         echo "gpu.sh: ddp on $count GPU(s) ended with status $? after $((SECONDS - started)) s in all"
     done
-    python -m modeling.benchmarking.data_parallel scaling "$out/ddp-1.json" "$out/ddp-$gpus.json" \
+    python -m tools.benchmarking.data_parallel scaling "$out/ddp-1.json" "$out/ddp-$gpus.json" \
         --output benchmarks/results-gpu-ddp-scaling.json && cp benchmarks/results-gpu-ddp-scaling.json "$out/" ||
         tail -n 40 "$out/ddp-scaling.log"
 }

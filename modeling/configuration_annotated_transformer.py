@@ -127,6 +127,12 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         model whose d_k and d_v differ (Table 3's row B) has no single head size; this is then d_k."""
         return self.head_sizes(self.encoder_attention_heads)[0]
 
+    @head_dim.setter
+    def head_dim(self, value: int | None) -> None:
+        """Setting it (`head_dim` in a config.json, as transformers' tools and other models' configs write it) sets
+        d_k, the size it names."""
+        self.d_k = value
+
     def head_sizes(self, num_heads: int) -> tuple[int, int]:
         """(d_k, d_v) of each of `num_heads` heads: the configured sizes, or d_model / heads (§3.2.2)."""
         return self.d_k or self.d_model // num_heads, self.d_v or self.d_model // num_heads

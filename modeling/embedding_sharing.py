@@ -59,3 +59,11 @@ class OneVocabulary:
                 decoder.get_input_embeddings(), new_num_tokens, pad_to_multiple_of, mean_resizing
             ))
         return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+
+
+def tied_weights_keys(prefix: str = "", with_output_projection: bool = False) -> dict[str, str]:
+    """§3.4's ties, as transformers' `_tied_weights_keys`: each stack's embedding (and the output projection) pointing
+    at the root parameter `{prefix}shared.weight` itself, since transformers does not resolve chains of ties."""
+    root = f"{prefix}shared.weight"
+    keys = {"lm_head.weight": root} if with_output_projection else {}
+    return keys | {f"{prefix}{stack}.embeddings.embed_tokens.weight": root for stack in ("encoder", "decoder")}

@@ -7,12 +7,11 @@ generating head with the pre-softmax projection and the label-smoothed loss (§3
 
 This file travels to the Hub as custom code: it imports only torch, transformers (with huggingface_hub, which
 transformers requires) and the small modules next to it, each one concern that is not the paper's figure (input
-checks, the fused loss, initialisation schemes, the cache's name across transformers versions, saving with
-checksums, FSDP's shared embedding, dropout and prepacked linear layers on CPUs, the masks of packed batches), so
-`trust_remote_code=True` loads it where this package is not installed.
+checks, the positions' lookups, the fused loss, initialisation schemes, the cache's name across transformers versions,
+saving with checksums, FSDP's shared embedding, dropout and oneDNN linear layers on CPUs, the masks of packed
+batches), so `trust_remote_code=True` loads it where this package is not installed.
 """
 
-import contextlib
 import math
 from collections.abc import Callable
 
@@ -39,20 +38,26 @@ from .attention_masks import decoder_attention_masks, encoder_self_attention_mas
 from .compatibility import CACHE_NAME, cache_argument, decoder_cache, layer_outputs
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .dropout import Dropout
-from .embedding_sharing import OneVocabulary, embed_with_the_shared_module, pass_over_unregistered_embeddings
+from .embedding_sharing import (
+    OneVocabulary,
+    embed_with_the_shared_module,
+    pass_over_unregistered_embeddings,
+    tied_weights_keys,
+)
 from .generation import TransformerGenerationMixin
 from .initialization import init_weights, xavier_gain
 from .input_checks import (
     check_attention_mask,
     check_decoder_inputs,
     check_encoder_inputs,
-    check_labels_fit_decoder_inputs,
-    token_ids_checked,
-    warn_if_counted_padding,
+    check_labels,
+    check_tokens_given,
+    forward_token_ids_checked,
 )
 from .loss import label_smoothed_loss
 from .packed_batches import shift_tokens_right_per_pair
-from .prepacked_linear import install_prepacking_forwards
+from .position_lookups import PositionLookups
+from .onednn_linear import install_onednn_forwards
 from .saving import SavedAsCustomCode
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -68,39 +73,6 @@ def sinusoidal_positional_encoding(num_positions: int, d_model: int) -> torch.Te
     encoding[:, 0::2] = torch.sin(position * inverse_frequency)
     encoding[:, 1::2] = torch.cos(position * inverse_frequency)[:, : d_model // 2]
     return encoding.float()
-
-
-class PositionLookups:
-    """What both kinds of positions give (mixed into each): the vectors of a run of positions, of each token of a
-    padded row, or of the positions a packed batch names. `table` is the (max_position_embeddings, d_model) matrix."""
-
-    table: torch.Tensor
-
-    def forward(self, start: int | torch.Tensor, length: int) -> torch.Tensor:
-        """The vectors of positions start, ..., start + length - 1: a slice of the table (no gather, no device sync),
-        or a gather when `start` is a tensor (a static cache's length), so that a compiled decoding step neither syncs
-        nor breaks its graph."""
-        if not torch.compiler.is_compiling() and start + length > self.table.shape[0]:
-            raise ValueError(
-                f"Sequence position {int(start + length - 1)} is beyond `max_position_embeddings` "
-                f"({self.table.shape[0]}): truncate the input or build the model with a larger "
-                "`max_position_embeddings`."
-            )
-        if isinstance(start, torch.Tensor):
-            return self.table.index_select(0, start + torch.arange(length, device=start.device))
-        return self.table[start : start + length]
-
-    def of_tokens(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(batch, length, d_model): each token's position counts the tokens before it in its row, so that a
-        left-padded sentence is encoded as it is alone (padding positions, masked everywhere, repeat a neighbour's)."""
-        self(0, attention_mask.shape[1])  # the length check
-        return self.table[(attention_mask.ne(0).long().cumsum(-1) - 1).clamp(min=0)]
-
-    def at(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """(batch, length, d_model): the vectors of the positions given, a packed batch's, which restart at 0 with
-        each pair and so stay below the row's length."""
-        self(0, position_ids.shape[1])  # the length check
-        return self.table[position_ids]
 
 
 class SinusoidalPositionalEncoding(PositionLookups, nn.Module):
@@ -152,13 +124,9 @@ class TransformerEmbeddings(nn.Module):
         """`position_ids` (a packed batch's): each token's position within its pair; `attention_mask` (the
         encoder's): positions count each row's tokens, not its padding; otherwise they run from `past_length` (the
         decoder's, which continues from its cache)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
+        check_tokens_given(input_ids, inputs_embeds)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        if 0 in inputs_embeds.shape[:2]:  # torch would fail later, reshaping the attention heads
-            shape = tuple(inputs_embeds.shape[:2])
-            raise ValueError(f"Empty input: (batch, length) = {shape}; give at least one token.")
         inputs_embeds = inputs_embeds * self.embed_scale
         if position_ids is not None:
             positions = self.embed_positions.at(position_ids)
@@ -399,20 +367,13 @@ class AnnotatedTransformerPreTrainedModel(SavedAsCustomCode, OneVocabulary, PreT
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
-    """A stack of `encoder_layers` identical layers over the source embeddings (+ a final LayerNorm when pre-norm)."""
+class AnnotatedTransformerStack(AnnotatedTransformerPreTrainedModel):
+    """§3.1: a stack of N identical layers over the embeddings (+ a final LayerNorm when pre-norm)."""
 
-    _can_record_outputs = {
-        "hidden_states": layer_outputs(AnnotatedTransformerEncoderLayer, "encoder_layers"),
-        "attentions": AnnotatedTransformerAttention,
-    }
-
-    def __init__(self, config: AnnotatedTransformerConfig):
+    def __init__(self, config: AnnotatedTransformerConfig, vocab_size: int, layer_class: type, num_layers: int):
         super().__init__(config)
-        self.embeddings = TransformerEmbeddings(config, config.src_vocab_size)
-        self.layers = nn.ModuleList(
-            [AnnotatedTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
-        )
+        self.embeddings = TransformerEmbeddings(config, vocab_size)
+        self.layers = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(num_layers)])
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.post_init()
 
@@ -421,6 +382,18 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.embed_tokens = value
+
+
+class AnnotatedTransformerEncoder(AnnotatedTransformerStack):
+    """The encoder: `encoder_layers` layers over the source embeddings."""
+
+    _can_record_outputs = {
+        "hidden_states": layer_outputs(AnnotatedTransformerEncoderLayer, "encoder_layers"),
+        "attentions": AnnotatedTransformerAttention,
+    }
+
+    def __init__(self, config: AnnotatedTransformerConfig):
+        super().__init__(config, config.src_vocab_size, AnnotatedTransformerEncoderLayer, config.encoder_layers)
 
     # no `merge_with_config_defaults`: its `use_cache` default would reach the layers, which keep no cache
     @capture_outputs
@@ -439,9 +412,9 @@ class AnnotatedTransformerEncoder(AnnotatedTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
-    """A stack of `decoder_layers` identical layers; self-attention is causal so position i sees only positions < i
-    (§3.1), and its keys/values live in an `EncoderDecoderCache` during generation."""
+class AnnotatedTransformerDecoder(AnnotatedTransformerStack):
+    """The decoder: `decoder_layers` layers over the target embeddings; self-attention is causal so position i sees
+    only positions < i (§3.1), and its keys/values live in an `EncoderDecoderCache` during generation."""
 
     _can_record_outputs = {
         "hidden_states": layer_outputs(AnnotatedTransformerDecoderLayer, "decoder_layers"),
@@ -450,19 +423,7 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
     }
 
     def __init__(self, config: AnnotatedTransformerConfig):
-        super().__init__(config)
-        self.embeddings = TransformerEmbeddings(config, config.vocab_size)
-        self.layers = nn.ModuleList(
-            [AnnotatedTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
-        )
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embeddings.embed_tokens = value
+        super().__init__(config, config.vocab_size, AnnotatedTransformerDecoderLayer, config.decoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -495,19 +456,14 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerPreTrainedModel):
             encoder_attention_mask, pair_ids, encoder_pair_ids,
         )
         for layer in self.layers:
-            hidden_states = layer(
-                hidden_states,
-                causal_mask,
-                encoder_hidden_states,  # positional, so gradient checkpointing passes it through
-                encoder_attention_mask=encoder_attention_mask,
-                **{CACHE_NAME: cache},  # the name under which gradient checkpointing drops it (the layer runs twice)
-                **kwargs,
-            )
+            # encoder_hidden_states positional, so that gradient checkpointing passes it through; the cache under the
+            # name under which it drops it (the layer runs twice)
+            hidden_states = layer(hidden_states, causal_mask, encoder_hidden_states,
+                                  encoder_attention_mask=encoder_attention_mask, **{CACHE_NAME: cache}, **kwargs)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, **{CACHE_NAME: cache if use_cache else None}
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states,
+                                                         **{CACHE_NAME: cache if use_cache else None})
 
 
 class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
@@ -520,10 +476,7 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
             # stack keeps its own module and transformers ties the parameters, so a checkpoint that lacks the
             # shared matrix is reported missing instead of counted as loaded through the other stack.
             self.shared = nn.Embedding(config.vocab_size, config.d_model)
-            self._tied_weights_keys = {
-                "encoder.embeddings.embed_tokens.weight": "shared.weight",
-                "decoder.embeddings.embed_tokens.weight": "shared.weight",
-            }
+            self._tied_weights_keys = tied_weights_keys()
             # for `embed_with_the_shared_module` (it passes nothing over while the stacks keep their own modules)
             self.register_load_state_dict_pre_hook(pass_over_unregistered_embeddings)
         else:
@@ -573,27 +526,17 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
-            cache=cache_argument(self, cache, past_key_values),
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            position_ids=decoder_position_ids,
-            pair_ids=decoder_pair_ids,
-            encoder_pair_ids=pair_ids,
-            **kwargs,
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
+            cache=cache_argument(self, cache, past_key_values), inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache, position_ids=decoder_position_ids, pair_ids=decoder_pair_ids,
+            encoder_pair_ids=pair_ids, **kwargs,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
+            last_hidden_state=decoder_outputs.last_hidden_state, **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions, encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state, encoder_attentions=encoder_outputs.attentions,
         )
 
 
@@ -619,23 +562,16 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         super().__init__(config)
         self.model = AnnotatedTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self._checked_counted_padding = False  # `warn_if_counted_padding` looks at the first such batch only
         if config.tie_word_embeddings:
-            # Every target points at the root parameter: transformers does not resolve chains of ties.
-            self._tied_weights_keys = {
-                "lm_head.weight": "model.shared.weight",
-                "model.encoder.embeddings.embed_tokens.weight": "model.shared.weight",
-                "model.decoder.embeddings.embed_tokens.weight": "model.shared.weight",
-            }
+            self._tied_weights_keys = tied_weights_keys("model.", with_output_projection=True)
             # Stored once as `model.shared.weight`; the Trainer, reloading a checkpoint, re-ties these instead of
             # reporting them missing.
             self._keys_to_ignore_on_save = list(self._tied_weights_keys)
         else:
             self._tied_weights_keys = None
         self.post_init()
-        # on AMD CPUs generate()'s linear layers multiply with prepacked weights: given their forward now, before
-        # any compile traces them (`prepacked_linear`)
-        install_prepacking_forwards(self.model.decoder, self.lm_head)
+        # AMD CPUs: generate()'s layers get their oneDNN forward now, before any compile traces them (`onednn_linear`)
+        install_onednn_forwards(self.model.decoder, self.lm_head)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -643,7 +579,12 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
     def set_output_embeddings(self, new_embeddings: nn.Linear):
         self.lm_head = new_embeddings
 
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor, decoder_pair_ids=None) -> torch.Tensor:
+        """The labels shifted right (§3.1), within each pair of a packed batch (`decoder_pair_ids`)."""
+        if decoder_pair_ids is not None:
+            return shift_tokens_right_per_pair(
+                labels, decoder_pair_ids, self.config.pad_token_id, self.config.decoder_start_token_id
+            )
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
@@ -683,42 +624,19 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             Decoder inputs built from `labels` are then shifted within each pair.
         """
         if labels is not None:
-            check_labels_fit_decoder_inputs(
-                labels, decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-            )
-            # not while compiling: the flag, set in the graph, would fail its guard at the next step (a second graph)
-            compiling = torch.compiler.is_compiling()
-            if num_items_in_batch is not None and not compiling and not self._checked_counted_padding:
-                self._checked_counted_padding = True
-                warn_if_counted_padding(labels, self.config.pad_token_id)
+            check_labels(self, labels, decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds,
+                         num_items_in_batch)
             use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None and decoder_pair_ids is not None:
-                decoder_input_ids = shift_tokens_right_per_pair(
-                    labels, decoder_pair_ids, self.config.pad_token_id, self.config.decoder_start_token_id
-                )
-            elif decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        # with labels (training), the stacks' ids are checked with them, in one device sync
-        checked = contextlib.nullcontext() if labels is None or torch.compiler.is_compiling() else token_ids_checked(
-            (labels.masked_fill(labels == -100, 0), self.config.vocab_size, "labels"),
-            (input_ids if encoder_outputs is None else None, self.config.src_vocab_size, "input_ids"),
-            (decoder_input_ids, self.config.vocab_size, "decoder_input_ids"),
-        )
-        with checked:
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels, decoder_pair_ids)
+        with forward_token_ids_checked(self.config, labels, input_ids if encoder_outputs is None else None,
+                                       decoder_input_ids):
             outputs = self.model(
-                input_ids,
-                attention_mask=attention_mask,
-                decoder_input_ids=decoder_input_ids,
-                decoder_attention_mask=decoder_attention_mask,
-                encoder_outputs=encoder_outputs,
-                cache=cache_argument(self, cache, past_key_values),
-                inputs_embeds=inputs_embeds,
-                decoder_inputs_embeds=decoder_inputs_embeds,
-                use_cache=use_cache,
-                position_ids=position_ids,
-                decoder_position_ids=decoder_position_ids,
-                pair_ids=pair_ids,
-                decoder_pair_ids=decoder_pair_ids,
+                input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+                cache=cache_argument(self, cache, past_key_values), inputs_embeds=inputs_embeds,
+                decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, position_ids=position_ids,
+                decoder_position_ids=decoder_position_ids, pair_ids=pair_ids, decoder_pair_ids=decoder_pair_ids,
                 **kwargs,
             )
         logits = self.lm_head(outputs.last_hidden_state)
@@ -733,17 +651,9 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
                 denominator = denominator.to(loss_sum.device)
             loss = loss_sum / denominator
 
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        # the bare model's outputs (the cache, hidden states, attentions) but its last hidden state, which `logits` are
+        return Seq2SeqLMOutput(loss=loss, logits=logits,
+                               **{name: value for name, value in outputs.items() if name != "last_hidden_state"})
 
 
 __all__ = [

@@ -1,15 +1,22 @@
 """Benchmark our Transformer against a transformers MarianMTModel of identical dimensions, and the data pipeline.
 
-`python scripts/benchmark.py --quick` (a few minutes on 2 CPU cores); `--help` lists the options. Prints a table
+`python scripts/benchmark.py --quick`; `--help` lists the options. Prints a table
 and writes every figure, with the environment, to JSON (default outputs/benchmarks/results-<device>[-quick]-<UTC
 time>.json, a new file each run), after each section: Ctrl-C keeps what was measured.
-What each figure means and how it is measured: modeling/benchmarking/ (each module's doc).
+What each figure means and how it is measured: tools/benchmarking/ (each module's doc).
 """
 
 import sys
 from pathlib import Path
 
-from modeling.benchmarking import build_parser, format_table, run_benchmark, settings_from_arguments, write_results
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tools/, which is not installed
+from tools.benchmarking import (  # noqa: E402
+    build_parser,
+    format_table,
+    run_benchmark,
+    settings_from_arguments,
+    write_results,
+)
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
 

@@ -29,7 +29,8 @@ from modeling.inference.attention_plots import require_matplotlib  # noqa: E402
 from modeling.learning.figures import FIGURES  # noqa: E402
 from tools.annotated_page.figure_data import check_figures, write_figures  # noqa: E402
 from tools.annotated_page.notebook import NOTEBOOK, SOLUTIONS, source_problems, write_notebooks  # noqa: E402
-from tools.annotated_page.page import FIGURES_DIR, PAGE, check_page, update_page  # noqa: E402
+from tools.annotated_page.checks import check_page  # noqa: E402
+from tools.annotated_page.page import FIGURES_DIR, PAGE, update_page  # noqa: E402
 
 
 def build_parser() -> OneLineErrorParser:

@@ -15,8 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling.benchmarking.table3 import DEVICES, run_table
-from modeling.common.command_line import OneLineErrorParser
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tools/, which is not installed
+from modeling.common.command_line import OneLineErrorParser  # noqa: E402
+from tools.benchmarking.table3_runner import DEVICES, run_table  # noqa: E402
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
 

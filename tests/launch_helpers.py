@@ -4,11 +4,12 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tools.processes import free_port  # noqa: F401 - the tests take it from here
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
@@ -48,12 +49,6 @@ QUICK = [
     "--max_train_samples", "200", "--max_tokens", "256", "--warmup_steps", "4", "--logging_steps", "1",
     "--report_to", "none", "--disable_tqdm", "true",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def accelerate_launch(launch_args, train_args, *, env=None, timeout=600, check=True) -> subprocess.CompletedProcess:

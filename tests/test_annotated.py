@@ -41,7 +41,6 @@ from tools.annotated_page.page import (
     PAGE,
     PRINTOUT_TOLERANCE,
     CellError,
-    check_page,
     check_text,
     figure_names,
     find_blocks,
@@ -52,7 +51,8 @@ from tools.annotated_page.page import (
     update_text,
     walk_namespace,
 )
-from tools.annotated_page.giveaways import GIVEAWAYS, given_away
+from tools.annotated_page.checks import check_page, given_away
+from tools.annotated_page.giveaways import GIVEAWAYS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest (conftest)
 
@@ -995,7 +995,7 @@ def test_the_table3_settings_count_the_parameters_of_the_measured_runs(page):
 def _table3_files(folder, base_bleus, rows):
     """A results file of `base_bleus` (one per base seed) and `rows` ({row: validation BLEU}), summarised as
     scripts/table3.py does, and a copy of the paper's rows, in `folder/benchmarks`."""
-    from modeling.benchmarking.table3 import summarise
+    from tools.benchmarking.table3_runner import summarise
 
     benchmarks = folder / "benchmarks"
     benchmarks.mkdir()
@@ -1010,10 +1010,10 @@ def _table3_files(folder, base_bleus, rows):
 
 
 def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
-    from modeling.learning import table3
+    from modeling.learning import table3_results
     from modeling.learning.figures import table3_figure
 
-    committed = table3.load_table3()  # the repository's own runs
+    committed = table3_results.load_table3()  # the repository's own runs
     results = json.loads((REPOSITORY / "benchmarks" / "results-table3-cpu.json").read_text())
     assert committed.measured_runs == len(results["runs"]) and committed.planned_runs == results["planned_runs"]
     for row in committed.rows:
@@ -1022,23 +1022,23 @@ def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
     assert [row.name for row in committed.rows] == list(
         json.loads((REPOSITORY / "benchmarks" / "paper-table3.json").read_text())["rows"])
 
-    measured = table3.load_table3(_table3_files(tmp_path, [30.0, 30.6, 30.3], {"A-heads-1": 29.0, "B-d_k-8": 30.1}))
+    measured = table3_results.load_table3(_table3_files(tmp_path, [30.0, 30.6, 30.3], {"A-heads-1": 29.0, "B-d_k-8": 30.1}))
     rows = {row.name: row for row in measured.rows}
     assert measured.base_bleu == pytest.approx(30.3) and measured.bleu_range == pytest.approx(0.6)
     assert rows["A-heads-1"].bleu_difference == pytest.approx(-1.3) and rows["A-heads-1"].bleu_tie is False
     assert rows["B-d_k-8"].bleu_difference == pytest.approx(-0.2) and rows["B-d_k-8"].bleu_tie is True
     assert rows["A-heads-1"].paper_bleu_difference == pytest.approx(24.9 - 25.8)  # the paper's h 1 row
     assert rows["A-heads-2"].bleu_difference is None and rows["A-heads-1"].setting == "ours A-heads-1"
-    lines = "\n".join(table3.table3_lines(measured))
+    lines = "\n".join(table3_results.table3_lines(measured))
     assert "ours -1.30 " in lines and "not measured yet" in lines
     assert "(h 1, d_k = d_v 512): same direction" in lines and "(d_k 16): tie" in lines
-    assert [table3.agreement(*case) for case in ((0.5, False, -0.4), (0.5, False, 0.0), (None, None, -0.4))] == [
+    assert [table3_results.agreement(*case) for case in ((0.5, False, -0.4), (0.5, False, 0.0), (None, None, -0.4))] == [
         "opposite direction", "paper: no clear effect", ""]
     # the paper's one run per row: a difference within its noise gives no direction to agree with
-    assert [table3.agreement(-0.9, False, paper, table3.PAPER_NOISE) for paper in (-0.1, -0.3, 0.2, -0.4, 0.5)] == [
+    assert [table3_results.agreement(-0.9, False, paper, table3_results.PAPER_NOISE) for paper in (-0.1, -0.3, 0.2, -0.4, 0.5)] == [
         "paper: no clear effect", "paper: no clear effect", "paper: no clear effect", "same direction",
         "opposite direction"]
-    assert table3.agreement(-0.9, True, -0.1, table3.PAPER_NOISE) == "paper: no clear effect"  # before a tie
+    assert table3_results.agreement(-0.9, True, -0.1, table3_results.PAPER_NOISE) == "paper: no clear effect"  # before a tie
 
     drawn = figure_data(table3_figure(measured))
     heads = drawn["axes"][0]["patches"]  # the seeds' band (x, y, width, height), then our bars, then the paper's
@@ -1047,14 +1047,14 @@ def test_table3_rows_read_the_committed_runs_beside_the_papers(tmp_path):
     assert heads[5]["rectangle"]["values"][3] == pytest.approx(-0.9)  # the paper's, h 1
     assert "5 of 21 runs measured" in drawn["suptitle"]
     with pytest.raises(FileNotFoundError):
-        table3.load_table3(tmp_path)  # no results file there
+        table3_results.load_table3(tmp_path)  # no results file there
 
 
 def test_the_table3_reading_groups_the_measured_rows_by_how_they_move_against_the_papers(tmp_path):
     """docs/results.md's reading of Table 3, rendered from a results file: same direction, opposite, tie; the
     paper's rows too small to stand out of the seeds' range; the rows not measured yet."""
     from tools.figures.formats import Benchmarks
-    from tools.figures.table3 import _reading
+    from tools.figures.table3_table import _reading
 
     _table3_files(tmp_path, [30.0, 30.6, 30.3], {"A-heads-1": 29.0, "C-layers-2": 31.5, "B-d_k-8": 30.1})
     reading = "\n".join(_reading(Benchmarks(tmp_path))).removeprefix("How the rows read against the paper's. ")

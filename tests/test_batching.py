@@ -206,7 +206,7 @@ def test_int32_lengths_are_kept_not_copied_and_padding_leaves_them_as_given():
 
 
 def _private_mib():
-    from modeling.benchmarking.measure import private_bytes
+    from tools.benchmarking.measure import private_bytes
 
     return private_bytes(os.getpid()) / 2**20
 

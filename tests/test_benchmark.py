@@ -20,11 +20,11 @@ from model_helpers import assert_varied, trained_to_copy
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.initialization import no_init_weights
 
-from modeling.benchmarking import generation_speed, measure, profiling, run, training_speed
-from modeling.benchmarking.ctranslate2_speed import SyntheticVocabulary
-from modeling.benchmarking.generation_speed import generated_tokens
-from modeling.benchmarking.lengths import batch_lengths, packed_batch_lengths, synthetic_lengths, training_batch
-from modeling.benchmarking.models import (
+from tools.benchmarking import generation_speed, measure, profiling, run, training_speed
+from tools.benchmarking.ctranslate2_speed import SyntheticVocabulary
+from tools.benchmarking.generation_speed import generated_tokens
+from tools.benchmarking.lengths import batch_lengths, packed_batch_lengths, synthetic_lengths, training_batch
+from tools.benchmarking.models import (
     SIZES,
     benchmark_config,
     build_model,
@@ -33,10 +33,10 @@ from modeling.benchmarking.models import (
     marian_config,
     marian_parameter_name,
 )
-from modeling.benchmarking.report import format_table, write_results
-from modeling.benchmarking.run import run_benchmark
-from modeling.benchmarking.settings import SDPA_BACKENDS, build_parser, settings_from_arguments
-from modeling.benchmarking.training_speed import TrainingFlops, forward_backward, loss_function, training_model
+from tools.benchmarking.report import format_table, write_results
+from tools.benchmarking.run import run_benchmark
+from tools.benchmarking.settings import SDPA_BACKENDS, build_parser, settings_from_arguments
+from tools.benchmarking.training_speed import TrainingFlops, forward_backward, loss_function, training_model
 from modeling.compatibility import CACHE_NAME
 from modeling.tokenization import SPECIAL_TOKENS
 
@@ -185,7 +185,7 @@ def test_marian_is_smoothed_as_the_trainer_smooths_it(tmp_path):
 
 PEAK_RSS_PROBE = """
 import json, torch
-from modeling.benchmarking import measure
+from tools.benchmarking import measure
 if not measure.reset_peak_rss():
     print(json.dumps(None)); raise SystemExit
 watch = measure.MemoryWatch(torch.device("cpu"))

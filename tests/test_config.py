@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from transformers import AutoConfig
 
@@ -100,3 +102,16 @@ def test_count_parameters_script_prints_each_preset_and_refuses_a_bad_vocabulary
         runpy.run_path(script, run_name="__main__")
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == "count_parameters.py: error: argument --vocab_size: must be >= 1, got 0\n"
+
+
+def test_head_dim_is_settable_and_names_d_k(tmp_path):
+    """transformers' tools and other models' configs write `head_dim`: setting it, or loading a config.json that holds
+    it, sets d_k (a read-only property refused such a config)."""
+    config = AnnotatedTransformerConfig(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4, head_dim=8)
+    assert (config.d_k, config.head_dim, config.head_sizes(4)) == (8, 8, (8, 16))
+    config.head_dim = None  # back to d_model / heads
+    assert (config.d_k, config.head_dim) == (None, 16)
+    config.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**written, "head_dim": 4}))
+    assert AutoConfig.from_pretrained(tmp_path).d_k == 4

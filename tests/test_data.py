@@ -9,7 +9,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
-from datasets import Dataset, DatasetDict, Features, Translation, Value
+from datasets import Dataset, DatasetDict, Features, Translation, Value, load_from_disk
 from transformers import AutoTokenizer
 
 from modeling.data import corpus as corpus_module
@@ -20,6 +20,7 @@ from modeling.data.corpus import (
     synthetic_task_dataset,
     tokenize_pairs,
 )
+from modeling.data.datasets_internals import cache_folder, fingerprint, indices_mapping
 from modeling.tokenization import read_lines, train_tokenizer
 
 PAIRS = [("Ein Hund.", "A dog."), ("  Zwei Katzen ", "Two cats"), ("Tab\tinside", "x"), ("Ümlaut ☃", "snowman ☃")]
@@ -535,3 +536,27 @@ def test_the_filter_reads_a_chunk_at_a_time_and_its_result_is_kept_beside_the_to
     for indices in folder.glob("filter-*.npy"):
         np.save(indices, np.load(indices)[:2])  # cut short, as by a full disk
     assert as_pairs(run()[0]["train"]) == expected
+
+
+# What the package reads of `datasets` beyond its public API ----------------------------------------------------------
+
+
+def test_the_private_attributes_read_of_a_dataset_still_hold_what_they_held(tmp_path):
+    """`Dataset._fingerprint` keys the tokens', the filter's and the batches' caches, and `Dataset._indices` gives the
+    token lengths of selected rows (`modeling.data.datasets_internals`): a `datasets` release that renames either,
+    or changes what it holds, fails here, naming the attribute."""
+    Dataset.from_dict({"row": list(range(10))}).save_to_disk(tmp_path / "rows")
+    stored = load_from_disk(tmp_path / "rows")
+    for attribute in ("_fingerprint", "_indices"):
+        assert hasattr(stored, attribute), f"datasets {datasets.__version__} has no Dataset.{attribute}"
+    selected, shuffled = stored.select([7, 2, 5]), stored.shuffle(seed=0)
+    assert fingerprint(load_from_disk(tmp_path / "rows")) == fingerprint(stored), "Dataset._fingerprint: not the saved"
+    assert len({fingerprint(stored), fingerprint(selected), fingerprint(shuffled)}) == 3, (
+        "Dataset._fingerprint: the same for other rows")
+    assert fingerprint(stored.map(lambda row: row, new_fingerprint="chosen")) == "chosen", (
+        "Dataset._fingerprint: not what a transform's new_fingerprint sets")
+    assert indices_mapping(stored) is None, "Dataset._indices: a mapping on rows never selected"
+    for dataset in (selected, shuffled, shuffled.select([3, 1])):
+        assert indices_mapping(dataset).tolist() == dataset["row"][:], (
+            "Dataset._indices: no longer the stored row of each row")
+    assert cache_folder(stored) == tmp_path / "rows" and cache_folder(Dataset.from_dict({"row": [0]})) is None

@@ -1,4 +1,4 @@
-"""modeling/benchmarking/data_parallel.py: DDP and FSDP2 training speed on N processes, and the scaling of two such
+"""tools/benchmarking/data_parallel.py: DDP and FSDP2 training speed on N processes, and the scaling of two such
 results; one process here (gloo on the CPU), several in the GPU script's test (tests/test_packing.py) and on GPUs."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 import torch
 from launch_helpers import free_port
 
-from modeling.benchmarking import data_parallel
+from tools.benchmarking import data_parallel
 
 
 @pytest.mark.parametrize("engine", data_parallel.ENGINES)
@@ -27,7 +27,7 @@ def test_one_process_trains_and_writes_its_target_tokens_per_second(tmp_path, mo
     assert written == json.loads(json.dumps(result))
     assert written["engine"] == engine and written["processes"] == 1 and written["target_tokens"] > 0
     assert written["target_tokens_per_s"] == pytest.approx(written["target_tokens"] / written["seconds"])
-    assert written["command"].startswith("accelerate launch --num_processes 1 -m modeling.benchmarking.data_parallel "
+    assert written["command"].startswith("accelerate launch --num_processes 1 -m tools.benchmarking.data_parallel "
                                          "--engine")
     assert not torch.distributed.is_initialized()
 

@@ -102,13 +102,13 @@ def test_example_accelerate_configs_train_and_save_a_complete_loadable_model(tmp
 
 
 def test_the_benchmark_profile_counts_every_kernel_once_and_finds_the_optimizers():
-    """`--profile` on a GPU (modeling/benchmarking/profiling.py) sums each kernel under the operator that launched it:
+    """`--profile` on a GPU (tools/benchmarking/profiling.py) sums each kernel under the operator that launched it:
     the sum equals the profile's own kernel events (the device spans of annotated ranges left out), and the fused
     optimizer's kernels and the matrix products are found."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from modeling.benchmarking import profiling
+    from tools.benchmarking import profiling
 
     model = tiny_model().cuda().train()
     optimizer = torch.optim.AdamW(model.parameters(), fused=True)

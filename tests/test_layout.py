@@ -1,12 +1,16 @@
-"""The package's house: imports flow one way, root <- common, data <- inference <- training <- benchmarking, with no
-cycle; what travels with a saved model imports only torch, transformers and its neighbours."""
+"""The package's house: imports flow one way, root <- common, data <- inference <- training <- learning, with no
+cycle (the repository's tools, which import the package, included); the package never imports the tools; what travels
+with a saved model imports only torch, transformers and its neighbours."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "modeling"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = REPO_ROOT / "modeling"
+TOOLS = REPO_ROOT / "tools"  # the repository's own (benchmarks, figures, the walk's page): not in the wheel
+ROOTS = ("modeling", "tools")
 # What each part may import of the package, besides itself. The root holds what travels with a model.
 ALLOWED = {
     "root": {"root"},
@@ -14,7 +18,6 @@ ALLOWED = {
     "data": {"root", "common"},
     "inference": {"root", "common", "data"},
     "training": {"root", "common", "data", "inference"},
-    "benchmarking": {"root", "common", "data", "inference", "training"},
     "learning": {"root", "common", "data", "inference", "training"},
 }
 # The model's files that go to the Hub (custom code): only torch, transformers, huggingface_hub, the standard library
@@ -22,12 +25,12 @@ TRAVELLING_THIRD_PARTY = {"torch", "transformers", "huggingface_hub", "tokenizer
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def package_imports(path: Path) -> set[str]:
-    """The modules of this package that `path` imports (at its top level or inside functions)."""
+    """The modules of the package and of the tools that `path` imports (at its top level or inside functions)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
@@ -38,12 +41,12 @@ def package_imports(path: Path) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target == "modeling" or target.startswith("modeling."):
+            if target.split(".")[0] in ROOTS:
                 submodules = {f"{target}.{alias.name}" for alias in node.names
-                              if (PACKAGE.parent / f"{target}.{alias.name}".replace(".", "/")).with_suffix(".py").exists()}
+                              if (REPO_ROOT / f"{target}.{alias.name}".replace(".", "/")).with_suffix(".py").exists()}
                 found |= submodules or {target}  # `from . import measure` imports the module, not the package
         elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("modeling")}
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] in ROOTS}
     return {module for module in found if module != name}
 
 
@@ -53,12 +56,14 @@ def part(module: str) -> str:
 
 
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py") if "metrics" not in path.parts}
+TOOL_MODULES = {module_name(path): path for path in TOOLS.rglob("*.py")}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_each_module_imports_only_what_its_part_may(module):
     own = part(module)
     for imported in package_imports(MODULES[module]):
+        assert not imported.startswith("tools"), f"{module} imports {imported}: the package never imports the tools"
         if imported == "modeling":
             assert own != "root" or module.endswith("__init__"), f"{module} imports the package root"
             continue
@@ -67,8 +72,9 @@ def test_each_module_imports_only_what_its_part_may(module):
 
 
 def test_there_is_no_import_cycle():
-    graph = {module: {imported for imported in package_imports(path) if imported in MODULES}
-             for module, path in MODULES.items()}
+    every = MODULES | TOOL_MODULES
+    graph = {module: {imported for imported in package_imports(path) if imported in every}
+             for module, path in every.items()}
     visiting, done = [], set()
 
     def visit(module):

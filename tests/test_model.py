@@ -266,10 +266,26 @@ def test_selected_hidden_states_are_counted_by_each_stacks_depth():
     assert torch.equal(chosen.encoder_hidden_states[1], every.encoder_hidden_states[1])  # -1: the encoder's last
 
 
-def test_over_long_input_is_refused_clearly():
-    model = tiny_model()
-    with pytest.raises(ValueError, match=r"beyond `max_position_embeddings` \(64\)"):
+@pytest.mark.parametrize("position_embedding_type", ["sinusoidal", "learned"])
+def test_over_long_input_is_refused_clearly_on_every_lookup(position_embedding_type):
+    """The length check is its own function, run by each way of looking positions up: a run from the cache's length,
+    the positions of a padded row's tokens, a packed batch's positions."""
+    from modeling.position_lookups import check_positions_fit
+
+    model = tiny_model(position_embedding_type=position_embedding_type)
+    positions = model.model.encoder.embeddings.embed_positions
+    too_long = r"Sequence position 64 is beyond `max_position_embeddings` \(64\)"
+    with pytest.raises(ValueError, match=too_long):
         model(input_ids=torch.randint(4, VOCAB, (1, 65)), decoder_input_ids=torch.tensor([[1]]))
+    with pytest.raises(ValueError, match=too_long):
+        model(input_ids=torch.randint(4, VOCAB, (1, 65)), attention_mask=torch.ones(1, 65, dtype=torch.long),
+              decoder_input_ids=torch.tensor([[1]]))
+    for lookup in (lambda: positions(60, 5), lambda: positions.of_tokens(torch.ones(1, 65)),
+                   lambda: positions.at(torch.zeros(1, 65, dtype=torch.long)), lambda: positions(torch.tensor(60), 5)):
+        with pytest.raises(ValueError, match=too_long):
+            lookup()
+    assert positions(59, 5).shape == (5, positions.table.shape[1])  # the last position itself fits
+    check_positions_fit(positions.table, 63)
 
 
 def test_loss_equals_direct_cross_entropy_and_labels_are_shifted():

@@ -141,8 +141,8 @@ def test_heartbeats_tell_the_lost_the_behind_and_the_ended_in_one_read_each(monk
     """Three processes' heartbeats in a real store: one that stops beating is lost; one that beats but made fewer
     training batches is behind (stuck in a read that lets its heartbeat run); one that ended on its own is neither. A check reads every rank's keys in one `multi_get`, twice, whatever the number of processes."""
     port = free_port()
-    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                                       timeout=timedelta(seconds=5))
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,  # noqa: F841
+                                       timeout=timedelta(seconds=5))  # kept open: the heartbeats meet there
     beats = [Heartbeats(world, interval=0.1).start() for world in heartbeat_worlds(port)]
     time.sleep(0.3)
     assert beats[0].check() == Verdict("read")

@@ -255,6 +255,7 @@ def test_the_walk_s_imports_work_with_only_the_notebook_extra(page):
 # ---- they run --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a minute: the page's own cells are run in the default run (test_annotated.py); CI runs -m slow
 def test_the_notebook_runs_and_prints_what_the_page_says(page, multi30k_kernel):
     """Every cell but the slow ones, in a fresh kernel: no error, each printout as on the page, each picture drawn,
     each exercise's check says its stub is not done yet, and the walk goes on with the reference solutions."""

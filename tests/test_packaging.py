@@ -212,7 +212,7 @@ import torch
 import modeling
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 from modeling import AnnotatedTransformerConfig, AnnotatedTransformerForConditionalGeneration
-from modeling.learning import exercises, solutions, table3
+from modeling.learning import exercises, solutions, table3_results
 
 here, trained, benchmarks = pathlib.Path.cwd(), pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 config = AnnotatedTransformerConfig.from_preset("tiny", vocab_size=40, d_model=32, encoder_attention_heads=2,
@@ -225,7 +225,7 @@ same = torch.equal(model.generate(input_ids, max_new_tokens=5), reloaded.generat
 translator = pipeline("translation", model=str(trained), trust_remote_code=True)
 translation = translator(["1 2 3"], num_beams=2, max_new_tokens=8)[0]["translation_text"]
 checked = exercises.problem("causal_mask", solutions.causal_mask)
-measured = table3.load_table3(benchmarks)
+measured = table3_results.load_table3(benchmarks)
 print(json.dumps({"package": modeling.__file__, "same": same, "translation": translation, "checked": checked,
                   "table3_rows": len(measured.rows), "measured_runs": measured.measured_runs}))
 """

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -50,6 +52,7 @@ def test_the_readme_commands_reader_joins_continued_lines_and_skips_comments():
     assert problems(["echo", "python -m pytest"]) == ["the first command does not train (scripts/train.py): echo"]
 
 
+@pytest.mark.slow  # an accelerate launch (40 s); CI runs -m slow
 def test_a_refusal_under_accelerate_launch_quiet_reaches_the_user_as_train_pys_one_line(tmp_path):
     """The README launches with `accelerate launch -q`: a refused run shows train.py's one line, not the launcher's
     traceback around it (which a plain `accelerate launch` adds, as the second run shows)."""

@@ -102,7 +102,7 @@ def fresh_process_outputs(folder: Path, batch: dict, tmp_path: Path) -> dict:
 
 
 # The earlier version's logits were recorded on one CPU (an Intel Xeon). Another CPU's float32 kernels sum each matrix
-# product in another order (MKL's on Intel, oneDNN's prepacked ones on AMD, other vector widths): the tiny model's
+# product in another order (MKL's on Intel, oneDNN's on AMD, other vector widths): the tiny model's
 # logits, at most 4 in size (a unit in the last place: 4.8e-7), then differ by a few units in the last place, 1.19e-6
 # on an AMD EPYC. 1e-5 is 20 such units, eight times what was seen, while one weight changed by 1e-3 moves the logits
 # by 9e-5: the bound holds across CPU vendors and still catches a changed weight, layer or mask.

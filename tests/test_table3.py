@@ -16,8 +16,8 @@ import yaml
 from launch_helpers import REPO_ROOT, assert_one_line_error, load_script
 from safetensors.torch import load_file
 
-from modeling.benchmarking import table3
-from modeling.benchmarking.table3 import load_rows_file, summarise
+from tools.benchmarking import table3_runner
+from tools.benchmarking.table3_runner import load_rows_file, summarise
 from modeling.training.argument_parsing import parse_arguments
 
 ROWS = REPO_ROOT / "configs" / "table3" / "rows.yaml"
@@ -54,7 +54,7 @@ def table(tmp_path_factory):
     folder = tmp_path_factory.mktemp("table3")
     rows = copy_task_rows(folder, TWO_ROWS)
     lines = []
-    results = table3.run_table(rows, folder / "runs", folder / "results.json", log=lines.append,
+    results = table3_runner.run_table(rows, folder / "runs", folder / "results.json", log=lines.append,
                                train_script=TRAIN_SCRIPT)
     return folder, rows, results, lines
 
@@ -97,10 +97,10 @@ def test_runs_in_the_results_are_skipped_and_nothing_is_trained_again(table, mon
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(table3.subprocess, "Popen", no_training)
-    monkeypatch.setattr(table3, "score", no_training)
+    monkeypatch.setattr(table3_runner.subprocess, "Popen", no_training)
+    monkeypatch.setattr(table3_runner, "score", no_training)
     lines = []
-    table3.run_table(rows, folder / "runs", folder / "results.json", log=lines.append, train_script=TRAIN_SCRIPT)
+    table3_runner.run_table(rows, folder / "runs", folder / "results.json", log=lines.append, train_script=TRAIN_SCRIPT)
     assert lines == [f"base: done already (in {folder / 'results.json'})",
                      f"E-learned: done already (in {folder / 'results.json'})"]
     assert json.loads((folder / "results.json").read_text())["runs"] == json.loads(before)["runs"]
@@ -144,7 +144,7 @@ def test_the_table_holds_every_group_of_the_papers_in_train_py_settings_beside_t
     assert table.budgets["cpu"]["max_steps"] < table.budgets["cuda"]["max_steps"]
     for row in table.rows:  # each row is a valid train.py run: the base config, the budget, its settings
         argv = ["--config", str(table.config), "--output_dir", "unused", "--data_dir", "unused",
-                *table3.flags(table.budgets["cpu"]), *table3.flags(row.settings)]
+                *table3_runner.flags(table.budgets["cpu"]), *table3_runner.flags(row.settings)]
         model_args, _, training_args, _ = parse_arguments(argv)
         config = table3_config(model_args)
         assert training_args.max_steps == table.budgets["cpu"]["max_steps"]
@@ -173,7 +173,7 @@ def test_a_killed_table_resumes_its_run_to_the_weights_of_an_uninterrupted_one(t
     """kill -9 the runner while a row trains (its training process dies with it), run the command again: the row
     resumes from its last checkpoint and ends with the weights, and the scores, of a run never stopped."""
     rows = copy_task_rows(tmp_path, TWO_ROWS[:1], steps=240, save_steps=40)  # long enough to be killed midway
-    straight = table3.run_table(rows, tmp_path / "straight", tmp_path / "straight.json", log=lambda line: None,
+    straight = table3_runner.run_table(rows, tmp_path / "straight", tmp_path / "straight.json", log=lambda line: None,
                                 train_script=TRAIN_SCRIPT)
 
     command = [sys.executable, str(REPO_ROOT / "scripts" / "table3.py"), "--rows", str(rows), "--output_dir",
@@ -248,11 +248,11 @@ def test_an_average_killed_midway_is_not_taken_for_done_and_is_made_again(tmp_pa
             raise KeyboardInterrupt  # the kill, after config.json and before the weights
         (Path(output_dir) / "model.safetensors").write_bytes(b"weights")
 
-    monkeypatch.setattr(table3, "average_checkpoints", killed_midway)
+    monkeypatch.setattr(table3_runner, "average_checkpoints", killed_midway)
     with pytest.raises(KeyboardInterrupt):
-        table3.average_whole([], averaged)
+        table3_runner.average_whole([], averaged)
     assert not averaged.exists() and calls[0] != averaged  # nothing at the done mark's place
-    table3.average_whole([], averaged)
+    table3_runner.average_whole([], averaged)
     assert sorted(path.name for path in averaged.iterdir()) == ["config.json", "model.safetensors"]
     assert [path.name for path in tmp_path.iterdir()] == ["base-avg5"]  # no partial folder left
 

@@ -235,10 +235,10 @@ def test_model_card_template_fields_must_all_be_given():
 def test_the_copy_tasks_config_gives_the_defaults_of_copy_task_runs_only(monkeypatch, argv, copy_task_defaults):
     """A run on a corpus without --config took the copy task's 270-entry vocabulary, 32-token max_length and tiny
     preset: a real corpus lost its longer pairs to the length filter."""
-    import modeling.training.run
+    from modeling.training import entry
 
     seen = {}
-    monkeypatch.setattr(modeling.training.run, "train", lambda *args, **kwargs: seen.update(args=args, **kwargs))
+    monkeypatch.setattr(entry, "train", lambda *args, **kwargs: seen.update(args=args, **kwargs))
     monkeypatch.setattr(sys, "argv", ["train.py", *argv])
     monkeypatch.chdir(REPO_ROOT)
     runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")

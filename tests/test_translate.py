@@ -303,6 +303,7 @@ def test_max_tokens_below_the_longest_sentence_fails_after_loading_and_writes_no
     assert not output.exists()
 
 
+@pytest.mark.slow  # several fresh interpreters (40 s); CI runs -m slow
 def test_command_line_errors_and_warnings_in_a_subprocess(model_dir, tmp_path):
     """The real exit status and standard error: a one-line error (argparse's own are in BAD_ARGUMENTS, in this
     process); a truncation warning naming the line."""

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the checkout's tools
+from tools.processes import free_port  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 # Headless, and quiet on the network: without the background-networking switches Chromium's own connections (updates,
@@ -77,12 +79,6 @@ def translate_on_page(page, url: str, sentence: str, *, timeout_ms: int = 30_000
                                timeout=timeout_ms)
         heatmap = tuple(picture.evaluate("e => [e.naturalWidth, e.naturalHeight]"))
     return {"translation": translation, "note": note.inner_text().strip(), "heatmap": heatmap}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def screenshot(model_dir: str | Path, sentence: str, output: str | Path, num_beams: int | None = None) -> dict:

@@ -1,14 +1,14 @@
 """Token-budget batches kept in the `datasets` cache beside the tokens they index.
 
-Building the batches of a corpus reads every pair's token lengths, sorts them and packs them: about a second per
-million pairs, at every launch and every resume. `cached_token_budget_sampler` keeps what it built (the padded lengths
-and the batches: about 12 bytes a pair) as `.npy` files beside the tokens' Arrow files, keyed by the tokens' fingerprint
-(which `datasets` finds the tokens' own cache by) and the sampler's settings, and the next launch with the same
-tokens and settings memory-maps them: no length is read, nothing sorted or packed, and the index is file-backed pages
-the kernel can drop rather than private memory. The lengths' digest a checkpoint records of its training pairs
+Building the batches of a corpus reads every pair's token lengths, sorts them and fills the batches: about a second
+per million pairs, at every launch and every resume. `cached_token_budget_sampler` keeps what it built (the padded
+lengths and the batches: about 12 bytes a pair) as `.npy` files beside the tokens' Arrow files, keyed by the tokens'
+fingerprint (which `datasets` finds the tokens' own cache by) and the sampler's settings, and the next launch with the
+same tokens and settings memory-maps them: no length is read, nothing sorted or filled, and the index is file-backed
+pages the kernel can drop rather than private memory. The lengths' digest a checkpoint records of its training pairs
 (`batching.lengths_digest`) is kept in the manifest, so a launch on kept batches reads no length at all. The batches
-do not depend on the process's rank, so every process of a
-run reads the same files. Tokens held in memory (no cache file) are indexed every time."""
+do not depend on the process's rank, so every process of a run reads the same files. Tokens held in memory (no cache
+file) are indexed every time."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from ..common.file_writes import replace_array, replace_text
 from .batching import Batches, TokenBudgetBatchSampler, lengths_digest, sampler_settings, token_lengths
+from .datasets_internals import cache_folder, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +46,12 @@ def cached_token_budget_sampler(dataset, max_tokens: int, **settings) -> TokenBu
 
 
 def _cache_path(dataset, max_tokens: int, settings: dict) -> Path | None:
-    if not getattr(dataset, "cache_files", None):
+    folder = cache_folder(dataset)
+    if folder is None:
         return None
     keyed = {name: value for name, value in sorted(sampler_settings(settings).items()) if name != "rank"}
-    key = "\n".join([VERSION, dataset._fingerprint, str(len(dataset)), str(max_tokens), json.dumps(keyed)])
-    name = f"batches-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
-    return Path(dataset.cache_files[0]["filename"]).with_name(name)
+    key = "\n".join([VERSION, fingerprint(dataset), str(len(dataset)), str(max_tokens), json.dumps(keyed)])
+    return folder / f"batches-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def _read(path: Path, pairs: int, max_tokens: int, settings: dict) -> TokenBudgetBatchSampler | None:

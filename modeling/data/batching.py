@@ -10,10 +10,10 @@ longest source and target are S and T tokens (each rounded up to `pad_to_multipl
     token_count="sum":  n * (S + T)      encoder and decoder tensors together hold at most max_tokens tokens
 
 Batches are built once, deterministically from `seed` (pairs sorted by source then target length, ties in random
-order, then packed greedily), and their order is shuffled each epoch (`set_epoch`). They are held as arrays (`Batches`:
-the pairs' indices in batch order, 4 bytes a pair, and where each batch starts and ends), beside the padded lengths
-(4 bytes a side), so a sampler over 45M pairs holds about 12 bytes a pair and no Python object per pair
-(`modeling.data.batch_cache` keeps them beside the tokens in the `datasets` cache for the next launch). For
+order, then taken greedily into batches), and their order is shuffled each epoch (`set_epoch`). They are held as
+arrays (`Batches`: the pairs' indices in batch order, 4 bytes a pair, and where each batch starts and ends), beside
+the padded lengths (4 bytes a side), so a sampler over 45M pairs holds about 12 bytes a pair and no Python object per
+pair (`modeling.data.batch_cache` keeps them beside the tokens in the `datasets` cache for the next launch). For
 `num_replicas` processes, the largest batches are split in two until the batch count is a multiple of `num_replicas`
 (splitting never exceeds the cap), and rank r takes every `num_replicas`-th batch from position r of the epoch's
 order: every rank gets the same number of batches, and every pair appears exactly once per epoch across all ranks.
@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import Sampler
 
+from .datasets_internals import indices_mapping
 from .freed_memory import release_freed_memory
 
 TOKEN_COUNTS = ("max", "sum")
@@ -68,7 +69,7 @@ def token_lengths(dataset, source_column: str = "input_ids", target_column: str 
             raise KeyError(f"column {column!r} not in the dataset; it has {dataset.column_names}")
     # the lengths of the stored rows, then the rows a `select`/`filter`/`shuffle` left (their indices mapping): reading
     # the mapped rows themselves takes each token list row by row, seconds per million pairs
-    indices = dataset._indices.column(0).to_numpy() if dataset._indices is not None else None
+    indices = indices_mapping(dataset)
     lengths = []
     for column in (source_column, target_column):
         values = dataset.data.column(column)
@@ -231,7 +232,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         source_lengths, target_lengths: token counts per pair (e.g. from `token_lengths`); `target_lengths=None`
             counts the source only. int32 arrays are kept as given (read-only views, not copies).
         max_tokens: the cap on a batch's padded tokens. A pair that alone exceeds it is an error.
-        shuffle: shuffle the batch order every epoch (and break length ties randomly when packing).
+        shuffle: shuffle the batch order every epoch (and break length ties randomly when filling the batches).
         seed: the seed every process must share; the epoch order comes from (seed, epoch).
         num_replicas, rank: the number of processes and this one's index; `rank=None` yields all batches.
         pad_to_multiple_of: round padded lengths up to this multiple (8 suits tensor cores), as the collator does.
@@ -267,8 +268,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             source, target = _padded(source, pad_to_multiple_of), _padded(target, pad_to_multiple_of)
         self.padded_source_lengths, self.padded_target_lengths = source, target
         self._check_fits()
-        self.batches = self._split_for_replicas(self._pack())
-        release_freed_memory()  # the sort's and the packing's temporaries
+        self.batches = self._build_batches()
+        release_freed_memory()  # the sort's and the batch filling's temporaries
 
     def _set_settings(self, max_tokens, shuffle, seed, num_replicas, rank, pad_to_multiple_of, token_count,
                       max_sentences) -> None:
@@ -291,7 +292,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def from_batches(cls, padded_source_lengths: np.ndarray, padded_target_lengths: np.ndarray, batches: Batches,
                      max_tokens: int, **settings) -> "TokenBudgetBatchSampler":
         """The sampler whose padded lengths and batches an earlier one with the same `max_tokens` and `settings` (the
-        constructor's keywords) built, as `modeling.data.batch_cache` keeps them: nothing is sorted or packed again."""
+        constructor's keywords) built, as `modeling.data.batch_cache` keeps them: nothing is sorted or filled again."""
         sampler = cls.__new__(cls)
         sampler._set_settings(max_tokens, **sampler_settings(settings))
         sampler.padded_source_lengths, sampler.padded_target_lengths = padded_source_lengths, padded_target_lengths
@@ -316,7 +317,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 too_long.tolist(),
             )
 
-    def _pack(self) -> Batches:
+    def _build_batches(self) -> Batches:
+        """The batches, their count a multiple of `num_replicas`; what a subclass of other batches replaces."""
+        return self._split_for_replicas(self._fill_batches())
+
+    def _fill_batches(self) -> Batches:
         """Sort by source length, then target length (as fairseq), and fill each batch greedily up to the cap: a batch
         ends before the first pair that would take its padded cost over the cap (or its size over max_sentences).
         The cost of the first k pairs only grows with k, so it is found in a window of the sorted lengths at a time,

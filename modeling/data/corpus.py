@@ -47,6 +47,7 @@ from ..common.file_writes import replace_array, replace_text
 from ..tokenization import read_lines
 from ..weight_files import sha256
 from .batching import index_dtype, token_lengths
+from .datasets_internals import cache_folder, fingerprint
 from .freed_memory import release_freed_memory
 
 logger = logging.getLogger(__name__)
@@ -308,7 +309,7 @@ def _tokens_fingerprint(dataset: Dataset, tokenizer, target_tokenizer) -> str | 
     hash) for a tokenizer without a `tokenizers` backend."""
     # v2: v1's fast path obeyed the backend's truncation and padding, which the key leaves out: its caches may hold
     # cut or padded tokens
-    parts = ["tokenize_pairs v2", dataset._fingerprint]
+    parts = ["tokenize_pairs v2", fingerprint(dataset)]
     for each in (tokenizer, target_tokenizer):
         backend = getattr(each, "backend_tokenizer", None)
         if backend is None:
@@ -379,11 +380,11 @@ class _FilterCache:
 
     def __init__(self, texts: Dataset, tokens: Dataset, max_length: int | None, remove_empty: bool):
         self.keep_and_report, self.path = None, None
-        if not tokens.cache_files:
+        folder = cache_folder(tokens)
+        if folder is None:
             return
-        key = "\n".join([self.VERSION, texts._fingerprint, tokens._fingerprint, str(max_length), str(remove_empty)])
-        name = f"filter-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
-        self.path = Path(tokens.cache_files[0]["filename"]).with_name(name)
+        key = "\n".join([self.VERSION, fingerprint(texts), fingerprint(tokens), str(max_length), str(remove_empty)])
+        self.path = folder / f"filter-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
         try:
             report = json.loads(self.path.with_suffix(".json").read_text(encoding="utf-8"))
             kept = np.load(self.path.with_suffix(".npy")) if report["kept"] < report["total"] else None
@@ -412,11 +413,10 @@ def _selected(corpus: DatasetDict, keep) -> DatasetDict:
         if keep[split] is None:
             selected[split] = dataset
             continue
-        indices_file = None
-        if dataset.cache_files:
+        indices_file, folder = None, cache_folder(dataset)
+        if folder is not None:
             digest = hashlib.sha256(keep[split].tobytes()).hexdigest()[:16]
-            name = f"indices-{dataset._fingerprint}-{digest}.arrow"
-            indices_file = str(Path(dataset.cache_files[0]["filename"]).with_name(name))
+            indices_file = str(folder / f"indices-{fingerprint(dataset)}-{digest}.arrow")
         selected[split] = dataset.select(keep[split], indices_cache_file_name=indices_file)
     return DatasetDict(selected)
 

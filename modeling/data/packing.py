@@ -12,11 +12,11 @@ keeps every attention within its pair (`modeling.packed_batches`).
 puts each in the first row where both its source and its target still fit (first-fit, a pair never split). A pair
 that fits nowhere waits for the next batch, where it comes first; a batch is closed once `lookahead` pairs have
 waited. It yields each batch row by row (row 0's pairs in the order they were placed, then row 1's, ...), and
-`DataCollatorForPackedSeq2Seq` lays the pairs it is given out again with the same first-fit, which puts each pair in
-the row it had (`first_fit`): the two agree without the sampler handing the layout over. Like `TokenBudgetBatchSampler`,
-batches are built once, their order is shuffled each epoch (`set_epoch`), the batch count is made a multiple of
-`num_replicas` by splitting batches (never by dropping or repeating a pair), and every pair appears exactly once per
-epoch across all processes.
+`DataCollatorForPackedSeq2Seq` lays the pairs it is given out again with the same first-fit (`first_fit`; both place
+pairs with `FirstFitGrid.place`), which puts each pair in the row it had: the two agree without the sampler handing
+the layout over. Like `TokenBudgetBatchSampler`, batches are built once, their order is shuffled each epoch
+(`set_epoch`), the batch count is made a multiple of `num_replicas` by splitting batches (never by dropping or
+repeating a pair), and every pair appears exactly once per epoch across all processes.
 
 Use: `DataLoader(tokenized, batch_sampler=sampler, collate_fn=DataCollatorForPackedSeq2Seq(sampler.rows,
 sampler.row_length, pad_token_id, decoder_start_token_id))`.
@@ -36,21 +36,37 @@ from .batching import Batches, PairsOverBudgetError, TokenBudgetBatchSampler, pa
 ROW_LENGTH_MULTIPLE = 8
 
 
-def first_fit(
-    source_lengths: Sequence[int], target_lengths: Sequence[int], rows: int, row_length: int
-) -> list[int] | None:
-    """The row of each pair, placed in the order given: the first row where both its source and its target still fit,
-    or None when some pair fits in no row."""
-    free_source = np.full(rows, row_length, dtype=np.int64)
-    free_target = free_source.copy()
-    placed = []
-    for source, target in zip(source_lengths, target_lengths):
-        fits = np.flatnonzero((free_source >= source) & (free_target >= target))
+class FirstFitGrid:
+    """A grid of `rows` rows of `row_length` tokens per side, filled first-fit: the one placement that both the sampler
+    and the collator use, so that they agree by construction (see the module doc)."""
+
+    def __init__(self, rows: int, row_length: int):
+        self.free_source = np.full(rows, row_length, dtype=np.int64)
+        self.free_target = self.free_source.copy()
+
+    def place(self, source: int, target: int) -> int | None:
+        """Put a pair of `source` and `target` tokens in the first row where both still fit; that row, or None (the
+        grid unchanged) when it fits in no row."""
+        fits = np.flatnonzero((self.free_source >= source) & (self.free_target >= target))
         if not len(fits):
             return None
         row = int(fits[0])
-        free_source[row] -= source
-        free_target[row] -= target
+        self.free_source[row] -= source
+        self.free_target[row] -= target
+        return row
+
+
+def first_fit(
+    source_lengths: Sequence[int], target_lengths: Sequence[int], rows: int, row_length: int
+) -> list[int] | None:
+    """The row of each pair, placed in the order given (`FirstFitGrid.place`: the first row where both its source and
+    its target still fit), or None when some pair fits in no row."""
+    grid = FirstFitGrid(rows, row_length)
+    placed = []
+    for source, target in zip(source_lengths, target_lengths):
+        row = grid.place(source, target)
+        if row is None:
+            return None
         placed.append(row)
     return placed
 
@@ -107,7 +123,7 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
             raise ValueError(f"lookahead={lookahead} must be >= 1 or None")
         self.row_length, self.rows = row_length, max_tokens // row_length
         self.lookahead = lookahead or max(self.rows, 16)
-        # the parent checks the shared settings, then calls `_check_fits`, `_pack` and `_split_for_replicas`
+        # the parent checks the shared settings, then calls `_check_fits` and `_build_batches`
         super().__init__(source, target, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas,
                          rank=rank)
 
@@ -121,15 +137,18 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
                 too_long.tolist(),
             )
 
-    def _pack(self) -> list[list[list[int]]]:
+    def _build_batches(self) -> Batches:
+        """The packed batches (`_pack_rows`), split for the replicas by whole rows, each flattened row by row."""
+        return self._split_rows_for_replicas(self._pack_rows())
+
+    def _pack_rows(self) -> list[list[list[int]]]:
         """Each batch as its rows, each row its pairs in the order they were placed (see the module doc)."""
         source, target = self.padded_source_lengths.tolist(), self.padded_target_lengths.tolist()
         rng = np.random.default_rng([self.seed, 2**32 - 2])  # a stream of its own, as the parent's tie break
         stream = (rng.permutation(len(source)) if self.shuffle else np.arange(len(source))).tolist()
         batches, waiting, position = [], [], 0
         while waiting or position < len(stream):
-            free_source = np.full(self.rows, self.row_length, dtype=np.int64)
-            free_target = free_source.copy()
+            grid = FirstFitGrid(self.rows, self.row_length)
             rows: list[list[int]] = [[] for _ in range(self.rows)]
             still_waiting = []
             candidates = waiting  # those that waited come first, in the order they began to wait
@@ -140,19 +159,16 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
                     index, position = stream[position], position + 1
                 else:
                     break
-                fits = np.flatnonzero((free_source >= source[index]) & (free_target >= target[index]))
-                if len(fits):
-                    row = int(fits[0])
-                    free_source[row] -= source[index]
-                    free_target[row] -= target[index]
-                    rows[row].append(index)
-                else:
+                row = grid.place(source[index], target[index])
+                if row is None:
                     still_waiting.append(index)
+                else:
+                    rows[row].append(index)
             batches.append([row for row in rows if row])
             waiting = still_waiting
         return batches
 
-    def _split_for_replicas(self, batches: list[list[list[int]]]) -> Batches:
+    def _split_rows_for_replicas(self, batches: list[list[list[int]]]) -> Batches:
         """Split the batches with the most pairs in two until every replica gets the same number, then flatten each
         batch row by row. A split moves whole rows (or, from a batch of one row, the row's later pairs), so that the
         collator's first-fit gives each part's pairs the rows they had."""
@@ -250,4 +266,4 @@ class DataCollatorForPackedSeq2Seq:
         return {name: torch.from_numpy(values) for name, values in batch.items()}
 
 
-__all__ = ["DataCollatorForPackedSeq2Seq", "PackedBatchSampler", "first_fit", "packing_stats"]
+__all__ = ["DataCollatorForPackedSeq2Seq", "FirstFitGrid", "PackedBatchSampler", "first_fit", "packing_stats"]

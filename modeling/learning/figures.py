@@ -19,7 +19,7 @@ from ..inference.attention_plots import require_matplotlib
 from ..modeling_annotated_transformer import sinusoidal_positional_encoding
 from ..tokenization import SPECIAL_TOKENS
 from . import demonstrations as demo
-from . import multi30k, table3
+from . import multi30k, table3_results
 
 DPI = 100
 PANEL = (5.0, 3.6)  # inches per panel: 500 x 360 pixels at DPI
@@ -421,11 +421,11 @@ TABLE3_PANELS = {"A": "(A) heads, at constant computation", "B": "(B) a smaller 
                  "E": "(E) learned positions"}
 
 
-def table3_figure(table: table3.Table3 | None = None, groups: Sequence[str] = tuple(TABLE3_PANELS)):
-    """Table 3's rows of `groups` (`table3.load_table3()` unless `table` is given): each row's difference in BLEU from
+def table3_figure(table: table3_results.Table3 | None = None, groups: Sequence[str] = tuple(TABLE3_PANELS)):
+    """Table 3's rows of `groups` (`table3_results.load_table3()` unless `table` is given): each row's difference in BLEU from
     its base row, ours (validation, Multi30k) beside the paper's (dev, newstest2013), and the band of our base seeds'
     spread, inside which a difference is a tie. Nothing is trained: the runs are the repository's measured ones."""
-    table = table3.load_table3() if table is None else table
+    table = table3_results.load_table3() if table is None else table
     figure, panels = _figure(len(groups), width=4.2, height=3.8)
     limit = 1.0  # BLEU points either side of 0, at least
     for axes, group in zip(panels, groups):

@@ -1,4 +1,4 @@
-"""What `generate()` does differently for this model: prepacked linear layers on AMD CPUs, a caller's `max_length`
+"""What `generate()` does differently for this model: oneDNN linear layers on AMD CPUs, a caller's `max_length`
 counting over the saved `max_new_tokens`, `num_beams < 1` refused, and beam search reordering only the decoder's
 self-attention cache.
 
@@ -11,7 +11,7 @@ import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 
-from .prepacked_linear import prepacked_linear_layers
+from .onednn_linear import onednn_linear_layers
 
 
 class TransformerGenerationMixin(GenerationMixin):
@@ -19,13 +19,13 @@ class TransformerGenerationMixin(GenerationMixin):
 
     @functools.wraps(GenerationMixin.generate, assigned=())  # __wrapped__: its signature
     def generate(self, *args, **kwargs):
-        with prepacked_linear_layers(self.model.decoder, self.lm_head):
+        with onednn_linear_layers(self.model.decoder, self.lm_head):
             return super().generate(*args, **kwargs)
 
     generate.__doc__ = (
         "On an AMD CPU in float32, the decoder's and the output layer's linear layers, which run at every step, "
-        "multiply with oneDNN-prepacked copies of their weights during the call (`prepacked_linear_layers`); the "
-        "encoder's run once per call, where packing would cost about what it saves.\n"
+        "multiply with copies of their weights in oneDNN's layout during the call (`onednn_linear_layers`); the "
+        "encoder's run once per call, where the layout would cost about what it saves.\n"
         + (GenerationMixin.generate.__doc__ or "")
     )
 

@@ -90,6 +90,39 @@ def warn_if_counted_padding(labels: torch.Tensor, pad_token_id: int | None) -> N
     )
 
 
+def check_labels(model, labels: torch.Tensor, decoder_tokens: torch.Tensor | None, num_items_in_batch) -> None:
+    """`labels` shaped like the decoder inputs given, and, the first time the Trainer counts the batch's items
+    (`num_items_in_batch`), a warning if they are padded with the pad id (`warn_if_counted_padding`). Not while
+    compiling: the flag noted on `model`, set in the graph, would fail its guard at the next step (a second graph)."""
+    check_labels_fit_decoder_inputs(labels, decoder_tokens)
+    if num_items_in_batch is not None and not torch.compiler.is_compiling():
+        if not getattr(model, "_checked_counted_padding", False):
+            model._checked_counted_padding = True
+            warn_if_counted_padding(labels, model.config.pad_token_id)
+
+
+def forward_token_ids_checked(config, labels, input_ids, decoder_input_ids):
+    """With labels (training), the ids of both stacks are checked with the labels, in one device sync, for the whole
+    forward call (`token_ids_checked`); otherwise, and while compiling, each stack checks its own."""
+    if labels is None or torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return token_ids_checked(
+        (labels.masked_fill(labels == -100, 0), config.vocab_size, "labels"),
+        (input_ids, config.src_vocab_size, "input_ids"),
+        (decoder_input_ids, config.vocab_size, "decoder_input_ids"),
+    )
+
+
+def check_tokens_given(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Exactly one of `input_ids` and `inputs_embeds`, holding at least one token per row (an empty input failed later,
+    reshaping the attention heads)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Specify exactly one of `input_ids` / `inputs_embeds` (or their decoder_ counterparts).")
+    shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
+    if 0 in shape:
+        raise ValueError(f"Empty input: (batch, length) = {shape}; give at least one token.")
+
+
 def check_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int], name: str) -> None:
     """A 2-D mask must cover exactly the (batch, length) of the tokens it masks; anything else would be broadcast
     or ignored. (4-D masks are taken as given.)"""

@@ -3,7 +3,7 @@
 The answers live in modeling/learning/solutions.py (the reference solutions, which the learner's notebook imports
 where an answer fails its check, and which the solutions notebook shows). `GIVEAWAYS` holds, for each exercise, what
 its answer looks like in code; each pattern must find the reference solution (tests/test_annotated.py), so that it
-can find the answer anywhere else. `given_away(text)` names each place that shows an answer too early:
+can find the answer anywhere else. `checks.given_away(text)` names each place that shows an answer too early:
 
 - the page's code (cells and excerpts) between an exercise and its `<!-- solution: NAME -->` break;
 - the page's printouts up to that break that show a number the exercise's check compares with
@@ -16,8 +16,6 @@ can find the answer anywhere else. `given_away(text)` names each place that show
 from __future__ import annotations
 
 import re
-
-from modeling.learning.exercises import checked_values
 
 GIVEAWAYS = {  # exercise -> a regular expression that finds its answer in code
     "relative_position_rotation": r"rotation\[[^\]]*\]\s*=",
@@ -32,7 +30,6 @@ GIVEAWAYS = {  # exercise -> a regular expression that finds its answer in code
     "greedy_step": r"\[\s*:\s*,\s*-1\s*\]\)?\.argmax\(",
 }
 _NUMBER = re.compile(r"(?<![\w.])(?P<mantissa>\d+(?:\.\d+)?)(?:e(?P<exponent>[-+]?\d+))?(?![\w.])")
-_DETAILS = re.compile(r"<details>.*?</details>", flags=re.DOTALL)
 
 
 def shows(printed: str, value: float) -> str | None:
@@ -49,40 +46,4 @@ def shows(printed: str, value: float) -> str | None:
     return None
 
 
-def given_away(text: str, notebook=None) -> list[str]:
-    """Each place where the page `text`, or its learner's notebook (`notebook`, default: built from `text`), gives an
-    exercise's answer away (see the module's doc), as 'line N: ...' or 'the learner's notebook, cell N: ...'; []
-    when none does."""
-    from .notebook import build_notebook  # imports nbformat: only when a page is read
-    from .page import parse
-
-    page, found = parse(text), []
-    outputs = [block for block in page.blocks if block.kind == "output"]
-    for name, _, end in page.exercises:
-        stop = page.solutions.get(name, len(text))
-        if stop < end:
-            found.append(f"exercise {name}: its <!-- solution: {name} --> break comes before it")
-            continue
-        if name in GIVEAWAYS and (match := re.search(GIVEAWAYS[name], text[end:stop])):
-            line = text.count("\n", 0, end + match.start()) + 1
-            found.append(f"line {line}: {match.group(0)!r} gives away the answer of exercise {name} before its "
-                         f"<!-- solution: {name} --> break: show the package's version there, or move the break")
-        for value in checked_values(name):
-            for block in (block for block in outputs if block.start < stop):
-                if (number := shows(text[block.start:block.end], value)) is not None:
-                    found.append(f"{block.label()} prints {number}, a value the check of exercise {name} expects, "
-                                 f"before its <!-- solution: {name} --> break: print it after the break")
-    if notebook is None and page.problems:
-        return found  # no notebook to build: `page.check_text` names the broken markers
-    notebook = build_notebook(text) if notebook is None else notebook
-    for index, cell in enumerate(notebook.cells):
-        source = cell.source if cell.cell_type == "code" else _DETAILS.sub("", cell.source)
-        for name, pattern in GIVEAWAYS.items():
-            if match := re.search(pattern, source):
-                where = "code" if cell.cell_type == "code" else "prose, outside a <details> block"
-                found.append(f"the learner's notebook, cell {index}: its {where} shows {match.group(0)!r}, the "
-                             f"answer of exercise {name}: the learner's notebook holds no answer")
-    return found
-
-
-__all__ = ["GIVEAWAYS", "given_away", "shows"]
+__all__ = ["GIVEAWAYS", "shows"]

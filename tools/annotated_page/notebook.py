@@ -37,6 +37,7 @@ import tomllib
 from pathlib import Path
 
 from .excerpts import REPOSITORY
+from .giveaways import GIVEAWAYS
 from .page import PRINTOUT_TOLERANCE, Cell, only_definitions, parse, render_block, same_printout
 
 PYPROJECT = REPOSITORY / "pyproject.toml"
@@ -231,7 +232,6 @@ def folded(text: str) -> str:
     """The page `text` with each excerpt of the package's code that holds an exercise's answer (`giveaways.GIVEAWAYS`)
     folded in a `<details>` block, for the learner's notebook: the package's code is there to read, once the
     exercise is done."""
-    from .giveaways import GIVEAWAYS
 
     page = parse(text)
     numbers = {name: index for index, (name, _, _) in enumerate(page.exercises, start=1)}

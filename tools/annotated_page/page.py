@@ -406,19 +406,6 @@ def update_page(path: str | Path = PAGE) -> tuple[bool, list[str]]:
     return updated != text, problems
 
 
-def check_page(path: str | Path = PAGE, figures_dir: str | Path | None = None, run: bool = True) -> list[str]:
-    """`check_text` of the page at `path`, each picture it shows that is missing from `figures_dir` (default: the
-    folder `figures` beside the page), and each exercise whose answer it shows before the exercise's solution break,
-    in code or in a printout, or its learner's notebook shows at all (`giveaways.given_away`)."""
-    text = Path(path).read_text(encoding="utf-8")
-    folder = Path(figures_dir) if figures_dir is not None else Path(path).parent / "figures"
-    missing = [f"the page shows figures/{name}.png, which is not in {folder}" for name in figure_names(text)
-               if not (folder / f"{name}.png").is_file()]
-    from .giveaways import given_away  # the exercises' answers, which the page keeps behind their breaks
-
-    return check_text(text, run) + missing + given_away(text)
-
-
 __all__ = [
     "FIGURES_DIR",
     "PAGE",
@@ -426,7 +413,6 @@ __all__ = [
     "Cell",
     "CellError",
     "Page",
-    "check_page",
     "check_text",
     "figure_names",
     "find_blocks",

@@ -147,8 +147,8 @@ def _measured_on(*results: dict, ctranslate2: bool = False, method: str = "") ->
 
 
 def _size(name: str) -> str:
-    """A benchmark size as its dimensions (`modeling.benchmarking.models.SIZES`)."""
-    from modeling.benchmarking.models import benchmark_config
+    """A benchmark size as its dimensions (`tools.benchmarking.models.SIZES`)."""
+    from tools.benchmarking.models import benchmark_config
 
     config = benchmark_config(name)
     return (f"{name} (d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "

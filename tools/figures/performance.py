@@ -143,7 +143,7 @@ def performance_cpu_generation(benchmarks: Benchmarks) -> str:
 
 @table("performance-cpu-generation-amd")
 def performance_cpu_generation_amd(benchmarks: Benchmarks) -> str:
-    """generate() against MarianMTModel on the AMD EPYC (with the prepacked weights)."""
+    """generate() against MarianMTModel on the AMD EPYC (with the weights in oneDNN's layout)."""
     return _generation_table(benchmarks, ("results-cpu-generate.json",))
 
 

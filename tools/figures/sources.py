@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from modeling.learning.table3 import PAPER_FILE
+from modeling.learning.table3_results import PAPER_FILE
 
 from .formats import REPOSITORY, Benchmarks, FiguresError
 

@@ -25,7 +25,7 @@ import tempfile
 
 import torch
 
-from ..tokenization import SPECIAL_TOKENS, UNK_TOKEN
+from modeling.tokenization import SPECIAL_TOKENS, UNK_TOKEN
 from .generation_speed import generated_tokens, generation_setting_name, rate_figures, timed_in_turn
 from .lengths import PairLengths, source_batch, source_lengths_sample
 from .measure import autocast
@@ -75,8 +75,8 @@ def _pytorch_hypotheses(sequences: torch.Tensor, eos_token_id: int) -> list[list
 
 
 def benchmark_ctranslate2(size: str, settings: BenchmarkSettings, lengths: PairLengths) -> dict:
-    from ..inference.ctranslate2_export import AnnotatedTransformerConverter
-    from ..inference.ctranslate2_runtime import ctranslate2_generate, load_ctranslate2_translator, require_ctranslate2
+    from modeling.inference.ctranslate2_export import AnnotatedTransformerConverter
+    from modeling.inference.ctranslate2_runtime import ctranslate2_generate, load_ctranslate2_translator, require_ctranslate2
 
     require_ctranslate2()
     device = torch.device(settings.device)

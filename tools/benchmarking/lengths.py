@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data.batching import TokenBudgetBatchSampler, pad_length, token_lengths
-from ..data.corpus import load_parallel_corpus, prepare_pairs
-from ..data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
-from ..modeling_annotated_transformer import shift_tokens_right
-from ..tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
+from modeling.data.batching import TokenBudgetBatchSampler, pad_length, token_lengths
+from modeling.data.corpus import load_parallel_corpus, prepare_pairs
+from modeling.data.packing import DataCollatorForPackedSeq2Seq, PackedBatchSampler
+from modeling.modeling_annotated_transformer import shift_tokens_right
+from modeling.tokenization import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS, dataset_texts, train_tokenizer
 
 MULTI30K_TRAIN_PAIRS = 29000
 FIRST_ORDINARY_ID = len(SPECIAL_TOKENS)

@@ -33,15 +33,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from ..common.command_line import as_typed
-from ..common.file_writes import replace_text
-from ..common.hardware import cpu_model
-from ..common.run_folders import list_checkpoints
-from ..inference.evaluation import corpus_scores, read_test_set_split, stored_score
-from ..inference.translation import corpus_perplexity, load_translation_model, translate
-from ..learning.table3 import BASE_ROW
-from ..tokenization import load_tokenizers, save_tokenizers
-from ..training.checkpoints import average_checkpoints, last_checkpoints
+from tools.processes import as_typed
+from modeling.common.file_writes import replace_text
+from modeling.common.hardware import cpu_model
+from modeling.common.run_folders import list_checkpoints
+from modeling.inference.evaluation import corpus_scores, read_test_set_split, stored_score
+from modeling.inference.translation import corpus_perplexity, load_translation_model, translate
+from modeling.learning.table3_results import BASE_ROW
+from modeling.tokenization import load_tokenizers, save_tokenizers
+from modeling.training.checkpoints import average_checkpoints, last_checkpoints
 
 TOKENIZER_DIR = "tokenizer"
 DEVICES = ("cpu", "cuda")
@@ -228,8 +228,8 @@ def score(model_dir: Path, data_dir: str | None, source_lang: str | None, target
 
 def _synthetic_split(split: str):
     """A split of the embedded copy task (the rows file's config trains on it when no --data_dir is given)."""
-    from ..data.corpus import synthetic_task_dataset
-    from ..inference.evaluation import EvaluationSet
+    from modeling.data.corpus import synthetic_task_dataset
+    from modeling.inference.evaluation import EvaluationSet
 
     pairs = synthetic_task_dataset()[split][:]
     return EvaluationSet(split, pairs["source"], pairs["target"], {"synthetic": "copy", "split": split})

@@ -17,8 +17,8 @@ import datasets
 import torch
 import transformers
 
-from ..common.command_line import as_typed
-from ..common.hardware import device_name
+from tools.processes import as_typed
+from modeling.common.hardware import device_name
 from .ctranslate2_speed import benchmark_ctranslate2
 from .data_speed import benchmark_data
 from .generation_speed import benchmark_generation

@@ -1,7 +1,7 @@
 """Data-parallel training speed: the same model trained by N processes with DDP or FSDP2, each step on a token-budget
 batch per process, as `accelerate launch --multi_gpu` or `--use_fsdp` trains it (one process per GPU; gloo on CPUs).
 
-    accelerate launch --multi_gpu --num_processes N -m modeling.benchmarking.data_parallel --engine ddp \\
+    accelerate launch --multi_gpu --num_processes N -m tools.benchmarking.data_parallel --engine ddp \\
         --device cuda --size base --output results.json
 
 Every process builds the model with the same seed (ours, `benchmark_config(size)` with label smoothing 0.1), wraps it
@@ -19,15 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from ..common.command_line import as_typed
-from ..common.hardware import device_name
+from tools.processes import as_typed, free_port
+from modeling.common.hardware import device_name
 from .lengths import batch_lengths, corpus_lengths, synthetic_lengths, training_batch
 from .measure import DTYPES, autocast
 from .models import SIZES, benchmark_config, build_model
@@ -50,12 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="the JSON process 0 writes")
     return parser
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def shard(model, engine: str):
@@ -147,7 +140,7 @@ def main(argv=None) -> dict | None:
             "seconds": seconds, "target_tokens": int(tokens.item()), "target_tokens_per_s": tokens.item() / seconds,
             "seconds_per_step": seconds / args.steps, "torch": torch.__version__,
             "command": as_typed(["accelerate", "launch", *(["--multi_gpu"] if processes > 1 else []),
-                                 "--num_processes", str(processes), "-m", "modeling.benchmarking.data_parallel",
+                                 "--num_processes", str(processes), "-m", "tools.benchmarking.data_parallel",
                                  *(argv if argv is not None else sys.argv[1:])]),
         }
         if rank == 0:
@@ -180,7 +173,7 @@ def scaling(one: dict, many: dict, reference: dict | None = None) -> dict:
 
 
 def write_scaling(argv=None) -> dict:
-    """`python -m modeling.benchmarking.data_parallel scaling ONE.json MANY.json --output OUT.json`."""
+    """`python -m tools.benchmarking.data_parallel scaling ONE.json MANY.json --output OUT.json`."""
     parser = argparse.ArgumentParser(description="The scaling of two results of this module.")
     parser.add_argument("one")
     parser.add_argument("many")

@@ -3,7 +3,7 @@ written by scripts/table3.py) beside the paper's own row (benchmarks/paper-table
 
 from __future__ import annotations
 
-from modeling.learning.table3 import BASE_ROW, PAPER_FILE, PAPER_NOISE, RESULTS_FILE, agreement, load_table3
+from modeling.learning.table3_results import BASE_ROW, PAPER_FILE, PAPER_NOISE, RESULTS_FILE, agreement, load_table3
 
 from .formats import Benchmarks, FiguresError, _block, _table, table
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ..common.command_line import check_output_file
-from ..packed_batches import PACKED_ATTENTION
+from modeling.common.command_line import check_output_file
+from modeling.packed_batches import PACKED_ATTENTION
 from .lengths import FIRST_ORDINARY_ID
 from .measure import DTYPES
 from .models import SIZES

@@ -46,10 +46,10 @@ import datasets
 import numpy as np
 import torch
 
-from ..common.command_line import as_typed
-from ..data.batch_cache import cached_token_budget_sampler
-from ..data.corpus import FILTERED_AT_A_TIME, load_parallel_corpus, prepare_pairs
-from ..tokenization import load_tokenizers, read_lines, train_tokenizer
+from tools.processes import as_typed
+from modeling.data.batch_cache import cached_token_budget_sampler
+from modeling.data.corpus import FILTERED_AT_A_TIME, load_parallel_corpus, prepare_pairs
+from modeling.tokenization import load_tokenizers, read_lines, train_tokenizer
 from . import measure
 from .models import SIZES
 from .settings import BenchmarkSettings

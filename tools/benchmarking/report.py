@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ..common.file_writes import replace_text
+from modeling.common.file_writes import replace_text
 
 MIB = 2**20
 

@@ -28,8 +28,8 @@ import re
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from ..configuration_annotated_transformer import AnnotatedTransformerConfig
-from ..modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
+from modeling.configuration_annotated_transformer import AnnotatedTransformerConfig
+from modeling.modeling_annotated_transformer import AnnotatedTransformerForConditionalGeneration
 
 # name -> (our preset, overrides). "tiny" is for tests and smoke runs.
 SIZES = {

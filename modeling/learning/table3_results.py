@@ -3,7 +3,7 @@ which `scripts/table3.py` writes) beside the paper's own rows (benchmarks/paper-
 
 `load_table3()` finds both files in a checkout and gives the rows in the paper's order (`Table3Row`): our validation
 BLEU and perplexity as differences from the base row's mean, whether each is a tie (inside the base seeds' range,
-as `modeling.benchmarking.table3.summarise` decided when the run was scored), and the paper's differences from its
+as `tools.benchmarking.table3_runner.summarise` decided when the run was scored), and the paper's differences from its
 own base row (newstest2013, English→German).
 """
 
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import yaml
 
-# The one home of Table 3's names: the runner (modeling/benchmarking/table3.py), the docs' tables (tools/figures) and
-# the walk read them from here.
+# The one home of Table 3's names. Each role has one home: the rows to train, configs/table3/rows.yaml; the runner,
+# tools/benchmarking/table3_runner.py (scripts/table3.py its command); the results, RESULTS_FILE, read here; the paper's
+# rows, PAPER_FILE; the docs' table, tools/figures/table3_table.py; the walk's picture, `figures.table3_figure`.
 RESULTS_FILE = "results-table3-cpu.json"  # the measured runs, in benchmarks/ (scripts/table3.py writes it)
 PAPER_FILE = "paper-table3.json"  # the paper's own rows, in benchmarks/
 BASE_ROW = "base"
