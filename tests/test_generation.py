@@ -1,4 +1,5 @@
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -185,6 +186,25 @@ def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_o
     with pytest.raises(ValueError, match="not both"):
         model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=second,
               cache=cache, past_key_values=cache)
+
+
+def test_every_forward_that_takes_a_cache_lists_both_names_and_the_model_file_names_it_once():
+    """The version shim is a decorator (`takes_either_cache_name`), not a parameter and a call in each forward path:
+    the signatures, which generate() reads, list `cache` and `past_key_values`; the model file's code uses `cache`."""
+    import ast
+    import inspect
+
+    import modeling.modeling_annotated_transformer as model_file
+
+    for cls in (model_file.AnnotatedTransformerDecoderLayer, model_file.AnnotatedTransformerDecoder,
+                model_file.AnnotatedTransformerModel, model_file.AnnotatedTransformerForConditionalGeneration):
+        parameters = inspect.signature(cls.forward).parameters
+        assert {"cache", "past_key_values"} <= set(parameters), cls.__name__
+        assert parameters["past_key_values"].default is None
+    code = ast.parse(Path(model_file.__file__).read_text())
+    names = {node.id for node in ast.walk(code) if isinstance(node, ast.Name)}
+    names |= {node.arg for node in ast.walk(code) if isinstance(node, ast.arg)}
+    assert "past_key_values" not in names and "cache" in names
 
 
 def test_gradient_checkpointing_in_training_leaves_a_given_cache_untouched(model):

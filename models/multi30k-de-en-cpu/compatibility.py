@@ -1,14 +1,16 @@
 """What differs between the supported transformers versions (5.17 and later).
 
 - transformers 5.24 renamed the key/value cache `past_key_values` to `cache` (the argument generate() passes to
-  forward(), the output field and the masking functions' keyword). The model takes either name as an argument (the old
-  one with transformers' deprecation warning where `cache` is the installed name), keeps `cache` inside, and returns
-  and hands on its cache under the name of the installed version (`CACHE_NAME`).
+  forward(), the output field and the masking functions' keyword). The model's forward methods take either name
+  (`takes_either_cache_name`; the old one with transformers' deprecation warning where `cache` is the installed name),
+  keep `cache` inside, and return and hand on the cache under the name of the installed version (`CACHE_NAME`).
 - transformers 5.24 counts recorded hidden states by a depth key of the stack's own (`layer_outputs`).
 
 Travels with the model (relative import of modeling_annotated_transformer.py).
 """
 
+import functools
+import inspect
 import warnings
 
 from torch import nn
@@ -33,6 +35,26 @@ def cache_argument(module: nn.Module, cache: Cache | None, past_key_values: Cach
         warnings.warn(f"`past_key_values` is deprecated for `{type(module).__name__}.forward`. Use `cache` instead.",
                       FutureWarning, stacklevel=2)
     return past_key_values
+
+
+def takes_either_cache_name(forward):
+    """`forward`, which takes the cache as `cache`, taking it as `past_key_values` too (`cache_argument`), so that the
+    model's forward methods name the cache once; its signature lists both, as generate() of either version reads it."""
+
+    @functools.wraps(forward)
+    def forward_taking_either_name(self, *args, past_key_values: Cache | None = None, **kwargs):
+        if past_key_values is not None:
+            kwargs["cache"] = cache_argument(self, kwargs.get("cache"), past_key_values)
+        return forward(self, *args, **kwargs)
+
+    signature = inspect.signature(forward)
+    parameters = list(signature.parameters.values())
+    old_name = inspect.Parameter("past_key_values", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                 annotation=Cache | None)
+    variadic = [index for index, parameter in enumerate(parameters) if parameter.kind is inspect.Parameter.VAR_KEYWORD]
+    parameters.insert(variadic[0] if variadic else len(parameters), old_name)
+    forward_taking_either_name.__signature__ = signature.replace(parameters=parameters)
+    return forward_taking_either_name
 
 
 def encoder_decoder_cache(cache: Cache, config) -> EncoderDecoderCache:

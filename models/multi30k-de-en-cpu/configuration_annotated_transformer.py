@@ -5,6 +5,7 @@ standard library.
 """
 
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
@@ -132,6 +133,15 @@ class AnnotatedTransformerConfig(PretrainedConfig):
         """Setting it (`head_dim` in a config.json, as transformers' tools and other models' configs write it) sets
         d_k, the size it names."""
         self.d_k = value
+
+    def validated(self) -> "AnnotatedTransformerConfig":
+        """This configuration once its checks have run again (on values set after it was built, as
+        `from_pretrained(..., label_smoothing=1.0)` sets them), a bad value refused as a ValueError that names it."""
+        try:
+            self.validate()
+        except StrictDataclassError as error:
+            raise ValueError(str(error.__cause__ or error)) from None
+        return self
 
     def head_sizes(self, num_heads: int) -> tuple[int, int]:
         """(d_k, d_v) of each of `num_heads` heads: the configured sizes, or d_model / heads (§3.2.2)."""

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -35,7 +34,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention_masks import decoder_attention_masks, encoder_self_attention_mask
-from .compatibility import CACHE_NAME, cache_argument, decoder_cache, layer_outputs
+from .compatibility import CACHE_NAME, decoder_cache, layer_outputs, takes_either_cache_name
 from .configuration_annotated_transformer import AnnotatedTransformerConfig
 from .dropout import Dropout
 from .embedding_sharing import (
@@ -55,9 +54,9 @@ from .input_checks import (
     forward_token_ids_checked,
 )
 from .loss import label_smoothed_loss
+from .onednn_linear import install_onednn_forwards
 from .packed_batches import shift_tokens_right_per_pair
 from .position_lookups import PositionLookups
-from .onednn_linear import install_onednn_forwards
 from .saving import SavedAsCustomCode
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -301,17 +300,11 @@ class AnnotatedTransformerDecoderLayer(GradientCheckpointingLayer):
         self.feed_forward = PositionwiseFeedForward(config, config.decoder_ffn_dim)
         self.feed_forward_sublayer = SublayerConnection(config)
 
+    @takes_either_cache_name  # the cache's name across transformers versions, under which checkpointing drops it
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        encoder_hidden_states: torch.Tensor,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        past_key_values: Cache | None = None,
-        **kwargs,
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None = None, cache: Cache | None = None, **kwargs,
     ) -> torch.Tensor:
-        cache = cache_argument(self, cache, past_key_values)
         hidden_states = self.self_attn_sublayer(
             hidden_states,
             lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
@@ -344,13 +337,8 @@ class AnnotatedTransformerPreTrainedModel(SavedAsCustomCode, OneVocabulary, PreT
     _can_compile_fullgraph = True
 
     def __init__(self, config: AnnotatedTransformerConfig, *inputs, **kwargs):
-        # The configuration's checks ran when it was built; `from_pretrained(..., label_smoothing=1.0)` sets values
-        # after that, so they run again on what the model is built from.
-        try:
-            config.validate()
-        except StrictDataclassError as error:
-            raise ValueError(str(error.__cause__ or error)) from None
-        super().__init__(config, *inputs, **kwargs)
+        # the configuration's checks run again: `from_pretrained(..., label_smoothing=1.0)` set values after they ran
+        super().__init__(config.validated(), *inputs, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -425,26 +413,17 @@ class AnnotatedTransformerDecoder(AnnotatedTransformerStack):
     def __init__(self, config: AnnotatedTransformerConfig):
         super().__init__(config, config.vocab_size, AnnotatedTransformerDecoderLayer, config.decoder_layers)
 
+    @takes_either_cache_name
     @merge_with_config_defaults
     @capture_outputs
     def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        encoder_hidden_states=None,
-        encoder_attention_mask=None,
-        cache: Cache | None = None,
-        inputs_embeds=None,
-        use_cache: bool | None = None,
-        past_key_values: Cache | None = None,
-        position_ids=None,
-        pair_ids=None,
-        encoder_pair_ids=None,
-        **kwargs,
+        self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+        cache: Cache | None = None, inputs_embeds=None, use_cache: bool | None = None, position_ids=None,
+        pair_ids=None, encoder_pair_ids=None, **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """`pair_ids`, `position_ids` and `encoder_pair_ids`: a packed batch's (see `packed_batches`), in place of
         the attention masks; it trains, so no cache is built."""
-        cache = decoder_cache(self.config, cache_argument(self, cache, past_key_values), use_cache, pair_ids is not None)
+        cache = decoder_cache(self.config, cache, use_cache, packed=pair_ids is not None)
         # Positions continue from what the cache holds (transformers 5 has no cache_position): an int, or a 0-d
         # tensor for a static cache.
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -499,6 +478,7 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         `embedding_sharing`)."""
         embed_with_the_shared_module(self)
 
+    @takes_either_cache_name
     @can_return_tuple
     def forward(
         self,
@@ -511,7 +491,6 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         inputs_embeds=None,
         decoder_inputs_embeds=None,
         use_cache: bool | None = None,
-        past_key_values: Cache | None = None,
         position_ids=None,
         decoder_position_ids=None,
         pair_ids=None,
@@ -528,7 +507,7 @@ class AnnotatedTransformerModel(AnnotatedTransformerPreTrainedModel):
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
-            cache=cache_argument(self, cache, past_key_values), inputs_embeds=decoder_inputs_embeds,
+            cache=cache, inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache, position_ids=decoder_position_ids, pair_ids=decoder_pair_ids,
             encoder_pair_ids=pair_ids, **kwargs,
         )
@@ -587,6 +566,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             )
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @takes_either_cache_name
     @can_return_tuple
     def forward(
         self,
@@ -601,7 +581,6 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
         labels=None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
         position_ids=None,
         decoder_position_ids=None,
         pair_ids=None,
@@ -634,7 +613,7 @@ class AnnotatedTransformerForConditionalGeneration(AnnotatedTransformerPreTraine
             outputs = self.model(
                 input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                 decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-                cache=cache_argument(self, cache, past_key_values), inputs_embeds=inputs_embeds,
+                cache=cache, inputs_embeds=inputs_embeds,
                 decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, position_ids=position_ids,
                 decoder_position_ids=decoder_position_ids, pair_ids=pair_ids, decoder_pair_ids=decoder_pair_ids,
                 **kwargs,
